@@ -1,0 +1,526 @@
+"""The llama.cpp backend, on llama-cpp-python's low-level C API.
+
+Facts this module relies on are measured in shared/notes/llama-cpp-python.md; the
+pitfall numbers in comments refer to that page.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import llama_cpp
+import numpy as np
+
+from ..contract import (
+    Capabilities,
+    ContextLimit,
+    ContextOverflowError,
+    ContextReport,
+    DecodeConfig,
+    EffctxError,
+    IdentityMismatchError,
+    ModelInfo,
+    PrefillProgress,
+    PrefixStatus,
+    ProgressSink,
+    SessionFatalError,
+    SessionSnapshot,
+    SuffixStatus,
+    TokenChunk,
+)
+from ..identity import RuntimeIdentity
+from ..profiles import KV_CACHE_TYPES, Profile
+from ..transcript import chat_format_for
+from .llama_runtime import Batch, LoadedModel, clear_llama_errors, llama_error_reason, load_model
+
+SEQ = 0
+_DECODE_NO_SLOT = 1
+
+
+def _ms_since(t0: int) -> float:
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
+    return int(diff[0]) if len(diff) else n
+
+
+class LlamaBackend:
+    name = "llama"
+
+    def version(self) -> str:
+        return llama_cpp.__version__
+
+    def open(self, model_path: str | Path, profile: Profile) -> "LlamaSession":
+        return LlamaSession(load_model(Path(model_path)), profile, self.version())
+
+    def describe(self, model_path: str | Path, profile: Profile) -> ModelInfo:
+        session = self.open(model_path, profile)
+        try:
+            return session.info
+        finally:
+            session.close()
+
+
+class LlamaSession:
+    def __init__(self, model: LoadedModel, profile: Profile, backend_version: str):
+        facts = model.facts
+        if profile.n_ctx > model.n_ctx_train:
+            raise EffctxError(
+                f"n_ctx {profile.n_ctx} is above the model's trained context length {model.n_ctx_train}"
+            )
+        self._model = model
+        self._profile = profile
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = profile.n_ctx
+        params.n_batch = profile.n_batch
+        params.n_ubatch = profile.n_batch
+        params.n_seq_max = 1
+        params.n_threads = profile.threads
+        params.n_threads_batch = profile.threads
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if profile.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        params.type_k = KV_CACHE_TYPES[profile.kv_cache_type_k]
+        params.type_v = KV_CACHE_TYPES[profile.kv_cache_type_v]
+        params.swa_full = profile.swa_full
+        params.no_perf = True
+        clear_llama_errors()
+        ctx = llama_cpp.llama_init_from_model(model.model, params)
+        if not ctx:
+            raise EffctxError(
+                f"llama.cpp could not create a context for profile {profile.name!r}: "
+                + llama_error_reason("no reason given")
+            )
+        self._ctx = ctx
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        self._batch = Batch(profile.n_batch)
+        self._greedy = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        llama_cpp.llama_sampler_chain_add(self._greedy, llama_cpp.llama_sampler_init_greedy())
+        self._resident: list[int] = []
+        self._pending: list[int] = []
+        self._logits_ok = False
+        # Logits restored from a snapshot; used for the next sample instead of the
+        # context's own, which belong to whatever ran before the restore.
+        self._logits_override: np.ndarray | None = None
+        # Lowest position the sliding-window layers still hold after a sequence-state
+        # restore, which keeps only the last n_swa of them even with swa_full.
+        self._restore_floor = 0
+        self._poisoned: str | None = None
+        self._closed = False
+        self._stats = {"prefill_calls": 0, "prefill_tokens": 0, "prefill_ms": 0.0,
+                       "decode_calls": 0, "decode_tokens": 0, "decode_ms": 0.0}
+        self.identity = RuntimeIdentity(
+            backend="llama",
+            backend_version=backend_version,
+            model_sha256=facts.sha256,
+            kv_cache_type_k=profile.kv_cache_type_k,
+            kv_cache_type_v=profile.kv_cache_type_v,
+            flash_attn=profile.flash_attn,
+            chat_format=chat_format_for(facts).name,
+            add_bos=facts.add_bos,
+        )
+        self._info = self._build_info(backend_version)
+
+    # ------------------------------------------------------------------ description
+
+    def _build_info(self, backend_version: str) -> ModelInfo:
+        facts, profile = self._model.facts, self._profile
+        n_swa = self._model.n_swa
+        can_shift = bool(llama_cpp.llama_memory_can_shift(self._mem))
+        reasons = {
+            "position_shift": (
+                "llama_memory_can_shift is true for this context"
+                if can_shift
+                else "llama_memory_can_shift is false"
+                + (" (a sliding-window cache without swa_full cannot shift)" if n_swa and not profile.swa_full else "")
+            ),
+            "quantized_v_cache": (
+                "flash attention is on" if profile.flash_attn
+                else "needs flash attention: llama.cpp refuses a quantized V cache without it"
+            ),
+            "exact_snapshot_replay": (
+                "flash attention is off: restore + re-decode gives identical logits"
+                if not profile.flash_attn
+                else "flash attention is on: restored state drifts (measured max|dlogit| about 1)"
+            ),
+        }
+        if facts.sliding_window and facts.sliding_window != n_swa:
+            reasons["sliding_window"] = (
+                f"GGUF says {facts.sliding_window}, llama.cpp uses {n_swa}: llama.cpp's value is used"
+            )
+        elif n_swa:
+            reasons["sliding_window"] = f"GGUF and llama_model_n_swa agree: {n_swa}"
+        if not n_swa:
+            rollback = "any position"
+        elif profile.swa_full:
+            rollback = "any position (swa_full keeps every sliding-window position)"
+        else:
+            rollback = f"only positions at least {n_swa} past the oldest sliding-window position still held"
+        limits = [
+            ContextLimit("trained", self._model.n_ctx_train, f"the model was trained for {self._model.n_ctx_train} tokens (GGUF {facts.architecture}.context_length)"),
+            ContextLimit(
+                "n_ctx",
+                self._n_ctx,
+                f"profile {profile.name!r} allocates a KV cache of {self._n_ctx} tokens"
+                + (f" (asked {profile.n_ctx}, llama.cpp padded it)" if self._n_ctx != profile.n_ctx else ""),
+            ),
+        ]
+        return ModelInfo(
+            facts=facts,
+            backend="llama",
+            backend_version=backend_version,
+            identity=self.identity,
+            n_ctx=self._n_ctx,
+            n_batch=profile.n_batch,
+            capabilities=Capabilities(
+                position_shift=can_shift,
+                quantized_v_cache=profile.flash_attn,
+                exact_snapshot_replay=not profile.flash_attn,
+                safe_rollback_tokens=rollback,
+                reasons=reasons,
+            ),
+            limits=tuple(limits),
+        )
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._info
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        return tuple(self._resident) + tuple(self._pending)
+
+    @property
+    def model(self) -> LoadedModel:
+        return self._model
+
+    def tokenize(self, text: str, add_bos: bool) -> list[int]:
+        return self._model.tokenize(text, add_bos)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self._model.detokenize(tokens)
+
+    # ------------------------------------------------------------------ state checks
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise SessionFatalError("the session is closed")
+        if self._poisoned:
+            raise SessionFatalError(f"the session is poisoned ({self._poisoned}); reopen it")
+
+    def _poison(self, why: str) -> SessionFatalError:
+        self._poisoned = why
+        self._logits_ok = False
+        return SessionFatalError(f"the session is poisoned ({why}); reopen it")
+
+    def _oldest_swa_position(self) -> int:
+        held = int(llama_cpp.llama_memory_seq_pos_min(self._mem, SEQ))
+        return max(held, self._restore_floor, 0)
+
+    def rollback_limit(self) -> int:
+        """The shortest prefix the cache can be cut back to and still be exact (pitfall 3)."""
+        n = len(self._resident)
+        n_swa = self._model.n_swa
+        if n == 0:
+            return 0
+        if self._model.is_recurrent:
+            return n
+        if not n_swa:
+            return 0
+        oldest = self._oldest_swa_position()
+        if self._profile.swa_full and oldest == 0:
+            return 0
+        return min(n, oldest + n_swa)
+
+    def _truncate(self, keep: int) -> None:
+        if keep >= len(self._resident):
+            return
+        if keep == 0:
+            llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
+            self._restore_floor = 0
+        elif not llama_cpp.llama_memory_seq_rm(self._mem, SEQ, keep, -1):
+            raise self._poison(f"llama.cpp refused to remove positions {keep}.. from the cache")
+        del self._resident[keep:]
+        self._logits_ok = False
+        self._logits_override = None
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _eval(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> float:
+        """Append tokens to the cache in n_batch chunks; logits for the last one."""
+        total = len(tokens)
+        if total == 0:
+            return 0.0
+        start = len(self._resident)
+        if start + total > self._n_ctx:
+            raise ContextOverflowError(stage, start, total, self._n_ctx)
+        arr = np.asarray(tokens, dtype=np.int32)
+        clear_llama_errors()
+        self._logits_override = None
+        n_batch = self._batch.capacity
+        elapsed = 0.0
+        for off in range(0, total, n_batch):
+            chunk = arr[off : off + n_batch]
+            last = off + len(chunk) >= total
+            self._batch.fill(chunk, start + off, want_logits=last)
+            t0 = time.perf_counter_ns()
+            rc = llama_cpp.llama_decode(self._ctx, self._batch.raw)
+            ms = _ms_since(t0)
+            if rc != 0:
+                self._recover_failed_eval(rc, stage, start, total)
+            self._resident.extend(tokens[off : off + len(chunk)])
+            elapsed += ms
+            if progress is not None:
+                progress(PrefillProgress(stage, off + len(chunk), total, len(chunk), ms))
+        self._logits_ok = True
+        return elapsed
+
+    def _recover_failed_eval(self, rc: int, stage: str, start: int, total: int) -> None:
+        # Earlier chunks of this call are already committed (pitfall 8): take them back
+        # when that is exact, so the call leaves the session as it was.
+        committed = len(self._resident)
+        if committed > start:
+            if self.rollback_limit() <= start and llama_cpp.llama_memory_seq_rm(self._mem, SEQ, start, -1):
+                del self._resident[start:]
+                self._logits_ok = False
+            else:
+                raise self._poison(f"llama_decode returned {rc} after {committed - start} tokens were committed")
+        else:
+            # llama_decode leaves the cache unchanged when the first ubatch fails;
+            # the logits it held are stale all the same.
+            self._logits_ok = False
+        if rc == _DECODE_NO_SLOT:
+            raise ContextOverflowError(stage, start, total, self._n_ctx)
+        raise self._poison(f"llama_decode returned {rc}: {llama_error_reason('inconsistent positions or batch')}")
+
+    def _refresh_logits(self) -> None:
+        # After any KV edit or restore the context's logits belong to another state
+        # (pitfall 2): drop the last position and decode its token again.
+        last = len(self._resident) - 1
+        if last < 0:
+            raise EffctxError("nothing to decode from: the session holds no tokens")
+        if not llama_cpp.llama_memory_seq_rm(self._mem, SEQ, last, -1):
+            raise self._poison("llama.cpp refused to remove the last position for a logits refresh")
+        token = self._resident.pop()
+        self._eval([token], "refresh", None)
+
+    # ------------------------------------------------------------------ contract
+
+    def ensure_prefix(self, prefix: Sequence[int], progress: ProgressSink | None = None) -> PrefixStatus:
+        self._check_usable()
+        prefix = list(prefix)
+        if len(prefix) > self._n_ctx:
+            raise ContextOverflowError("prefix", 0, len(prefix), self._n_ctx)
+        before = len(self._resident)
+        keep = common_prefix_length(self._resident, prefix)
+        reason = self._prefix_reason(before, keep, len(prefix))
+        if keep < before:
+            limit = self.rollback_limit()
+            if keep < limit:
+                reason = (
+                    f"sliding-window rollback limit: the cache can be cut back to {limit} tokens "
+                    f"at the earliest, the prefix diverges at {keep}; re-prefilled from the start"
+                )
+                keep = 0
+            self._truncate(keep)
+        self._pending = []
+        t0 = time.perf_counter_ns()
+        ms = self._eval(prefix[keep:], "prefix", progress)
+        self._count_prefill(len(prefix) - keep, ms)
+        return PrefixStatus(
+            prefix_tokens=len(prefix),
+            reused=keep,
+            prefilled=len(prefix) - keep,
+            dropped=before - keep,
+            resident=len(self._resident),
+            available=self._n_ctx - len(self._resident),
+            prefill_ms=_ms_since(t0) if len(prefix) > keep else 0.0,
+            reason=reason,
+        )
+
+    @staticmethod
+    def _prefix_reason(before: int, keep: int, wanted: int) -> str:
+        if before == 0:
+            return "empty cache"
+        if keep == before == wanted:
+            return "identical to the resident tape"
+        if keep == before:
+            return "extends the resident tape"
+        return f"diverges from the resident tape at token {keep}"
+
+    def _count_prefill(self, n: int, ms: float) -> None:
+        if n:
+            self._stats["prefill_calls"] += 1
+            self._stats["prefill_tokens"] += n
+            self._stats["prefill_ms"] += ms
+
+    def prefill_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> SuffixStatus:
+        self._check_usable()
+        todo = self._pending + list(suffix)
+        if len(self._resident) + len(todo) > self._n_ctx:
+            raise ContextOverflowError("prefill", len(self._resident), len(todo), self._n_ctx)
+        t0 = time.perf_counter_ns()
+        ms = self._eval(todo, "prefill", progress)
+        self._pending = []
+        self._count_prefill(len(todo), ms)
+        return SuffixStatus(
+            suffix_tokens=len(suffix),
+            prefilled=len(todo),
+            resident=len(self._resident),
+            available=self._n_ctx - len(self._resident),
+            prefill_ms=_ms_since(t0) if todo else 0.0,
+        )
+
+    def _sampler(self, config: DecodeConfig):
+        if config.greedy:
+            return self._greedy, False
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        if config.top_p < 1.0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(config.top_p, 1))
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(config.temperature))
+        seed = config.seed if config.seed is not None else random.getrandbits(32)
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(seed))
+        return chain, True
+
+    def decode(self, config: DecodeConfig) -> Iterator[TokenChunk]:
+        """Stream tokens; each is evaluated into the cache after it is handed out.
+
+        A consumer that stops early leaves the last token it received pending: it is
+        part of the tape and is evaluated by the next prefill.
+        """
+        self._check_usable()
+        if self._pending:
+            self.prefill_suffix([])
+        if not self._logits_ok:
+            self._refresh_logits()
+        sampler, owned = self._sampler(config)
+        text = self._model.text_decoder()
+        try:
+            for index in range(config.max_tokens):
+                t0 = time.perf_counter_ns()
+                if self._logits_override is not None:
+                    token = self._sample_from(sampler, self._logits_override)
+                else:
+                    token = int(llama_cpp.llama_sampler_sample(sampler, self._ctx, -1))
+                if self._model.is_eog(token):
+                    yield TokenChunk(token, text.flush(), index, _ms_since(t0), "eog")
+                    return
+                self._pending = [token]
+                room = self._n_ctx - len(self._resident)
+                if index == config.max_tokens - 1:
+                    stop = "max_tokens"
+                elif room <= 1:
+                    stop = "n_ctx"
+                else:
+                    stop = None
+                piece = text.feed(token) + (text.flush() if stop else "")
+                sample_ms = _ms_since(t0)
+                yield TokenChunk(token, piece, index, sample_ms, stop)
+                if room <= 0:
+                    return  # no slot left to evaluate it: it stays pending
+                t1 = time.perf_counter_ns()
+                self._eval([token], "decode", None)
+                self._pending = []
+                self._stats["decode_calls"] += 1
+                self._stats["decode_tokens"] += 1
+                self._stats["decode_ms"] += sample_ms + _ms_since(t1)
+                if stop:
+                    return
+        finally:
+            if owned:
+                llama_cpp.llama_sampler_free(sampler)
+
+    @staticmethod
+    def _sample_from(sampler, logits: np.ndarray) -> int:
+        """What llama_sampler_sample does, on logits that are not in the context."""
+        n = len(logits)
+        data = np.empty(n, dtype=[("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+        data["id"] = np.arange(n, dtype=np.int32)
+        data["logit"] = logits
+        data["p"] = 0.0
+        cur = llama_cpp.llama_token_data_array(
+            data=data.ctypes.data_as(llama_cpp.llama_token_data_p), size=n, selected=-1, sorted=False
+        )
+        llama_cpp.llama_sampler_apply(sampler, ctypes.byref(cur))
+        token = int(cur.data[cur.selected].id)
+        llama_cpp.llama_sampler_accept(sampler, token)
+        return token
+
+    def _current_logits(self) -> bytes | None:
+        if self._logits_override is not None:
+            return self._logits_override.tobytes()
+        if not self._logits_ok:
+            return None
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
+        return bytes(np.ctypeslib.as_array(ptr, shape=(self._model.n_vocab,)).data)
+
+    def snapshot(self) -> SessionSnapshot:
+        self._check_usable()
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, SEQ)
+        buf = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, SEQ)
+        if written == 0 and self._resident:
+            raise EffctxError("llama.cpp wrote no state for the sequence")
+        return SessionSnapshot(self.identity, tuple(self._resident), bytes(buf[:written]), self._current_logits())
+
+    def restore(self, snapshot: SessionSnapshot) -> None:
+        self._check_usable()
+        if snapshot.identity != self.identity:
+            raise IdentityMismatchError(self.identity, snapshot.identity)
+        if snapshot.n_tokens > self._n_ctx:
+            raise ContextOverflowError("restore", 0, snapshot.n_tokens, self._n_ctx)
+        llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
+        self._resident, self._pending = [], []
+        self._logits_ok = False
+        if not snapshot.tokens:
+            self._restore_floor = 0
+            return
+        data = (ctypes.c_uint8 * len(snapshot.state)).from_buffer_copy(snapshot.state)
+        loaded = llama_cpp.llama_state_seq_set_data(self._ctx, data, len(snapshot.state), SEQ)
+        if loaded != len(snapshot.state):
+            raise self._poison(f"llama.cpp could not load the snapshot state ({loaded} of {len(snapshot.state)} bytes)")
+        pos_max = int(llama_cpp.llama_memory_seq_pos_max(self._mem, SEQ))
+        if pos_max != snapshot.n_tokens - 1:
+            raise self._poison(f"restored state ends at position {pos_max}, its token list at {snapshot.n_tokens - 1}")
+        self._resident = list(snapshot.tokens)
+        if snapshot.logits is not None and len(snapshot.logits) == 4 * self._model.n_vocab:
+            self._logits_override = np.frombuffer(snapshot.logits, dtype=np.float32).copy()
+            self._logits_ok = True
+        n_swa = self._model.n_swa
+        self._restore_floor = max(0, snapshot.n_tokens - n_swa) if n_swa else 0
+
+    def explain(self) -> ContextReport:
+        s = self._stats
+        resident = len(self._resident)
+        return ContextReport(
+            resident_tokens=resident,
+            pending_tokens=len(self._pending),
+            available_tokens=self._n_ctx - resident,
+            n_ctx=self._n_ctx,
+            prefill_calls=s["prefill_calls"],
+            prefill_tokens=s["prefill_tokens"],
+            prefill_ms=s["prefill_ms"],
+            decode_calls=s["decode_calls"],
+            decode_tokens=s["decode_tokens"],
+            decode_ms=s["decode_ms"],
+            poisoned=self._poisoned is not None,
+            swa_floor=self.rollback_limit(),
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        llama_cpp.llama_sampler_free(self._greedy)
+        self._batch.free()
+        llama_cpp.llama_free(self._ctx)

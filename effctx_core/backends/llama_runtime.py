@@ -1,0 +1,196 @@
+"""Process-wide llama.cpp plumbing: backend init, captured logs, loaded models, vocab.
+
+llama.cpp writes its logs to stderr by default; effctx captures them instead, so that a
+failure becomes one line that quotes llama.cpp's own reason, and a success prints nothing.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import threading
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import llama_cpp
+import numpy as np
+
+from ..contract import ModelFacts, ModelFileError
+from ..models import check_gguf_file, facts_from_metadata
+
+_init_lock = threading.Lock()
+_initialised = False
+_log_lines: deque[str] = deque(maxlen=64)
+_GGML_LOG_ERROR = 3
+
+
+@llama_cpp.llama_log_callback
+def _capture_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    if level == _GGML_LOG_ERROR or b"error" in text or b"failed" in text:
+        _log_lines.append(text.decode("utf-8", "replace").strip())
+
+
+def ensure_initialised() -> None:
+    global _initialised
+    with _init_lock:
+        if _initialised:
+            return
+        llama_cpp.llama_log_set(_capture_log, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _initialised = True
+
+
+def llama_error_reason(default: str) -> str:
+    """The first error llama.cpp logged since `clear_llama_errors`: the root cause,
+    where the later lines only repeat that something failed."""
+    for line in _log_lines:
+        if line:
+            return line
+    return default
+
+
+def clear_llama_errors() -> None:
+    _log_lines.clear()
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    facts: ModelFacts
+    model: ctypes.c_void_p
+    vocab: ctypes.c_void_p
+    n_swa: int
+    n_ctx_train: int
+    n_vocab: int
+    is_recurrent: bool
+
+    def tokenize(self, text: str, add_bos: bool) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_bos, False)
+        if n < 0:
+            capacity = -n
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_bos, False)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(int(t)) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def text_decoder(self) -> "StreamingDetokenizer":
+        return StreamingDetokenizer(self)
+
+
+class StreamingDetokenizer:
+    """Turns a token stream into text without splitting multi-byte UTF-8 characters."""
+
+    def __init__(self, model: LoadedModel):
+        self._model = model
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def feed(self, token: int) -> str:
+        return self._utf8.decode(self._model.piece(token))
+
+    def flush(self) -> str:
+        return self._utf8.decode(b"", final=True)
+
+
+_models: dict[tuple[str, int, int], LoadedModel] = {}
+_models_lock = threading.Lock()
+
+
+def load_model(path: Path) -> LoadedModel:
+    """Load a GGUF model once per process (weights are mmapped and shared by contexts)."""
+    ensure_initialised()
+    path = Path(path).resolve()
+    check_gguf_file(path)
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    with _models_lock:
+        loaded = _models.get(key)
+        if loaded is not None:
+            return loaded
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = 0
+        clear_llama_errors()
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not model:
+            reason = llama_error_reason("llama.cpp could not load it")
+            raise ModelFileError(f"cannot load model {path} (corrupt or unsupported GGUF): {reason}")
+        try:
+            facts = _read_facts(path, model)
+        except BaseException:
+            llama_cpp.llama_model_free(model)
+            raise
+        loaded = LoadedModel(
+            path=path,
+            facts=facts,
+            model=model,
+            vocab=llama_cpp.llama_model_get_vocab(model),
+            n_swa=int(llama_cpp.llama_model_n_swa(model)),
+            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(model)),
+            n_vocab=facts.vocab_size,
+            is_recurrent=bool(llama_cpp.llama_model_is_recurrent(model))
+            or bool(llama_cpp.llama_model_is_hybrid(model)),
+        )
+        _models[key] = loaded
+        return loaded
+
+
+def _read_facts(path: Path, model) -> ModelFacts:
+    buf = ctypes.create_string_buffer(1 << 16)
+    meta: dict[str, str] = {}
+    for i in range(llama_cpp.llama_model_meta_count(model)):
+        llama_cpp.llama_model_meta_key_by_index(model, i, buf, len(buf))
+        key = buf.value.decode("utf-8", "replace")
+        llama_cpp.llama_model_meta_val_str_by_index(model, i, buf, len(buf))
+        meta[key] = buf.value.decode("utf-8", "replace")
+    template = llama_cpp.llama_model_chat_template(model, None)
+    vocab_size = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
+    return facts_from_metadata(path, meta, vocab_size, template.decode() if template else None)
+
+
+class Batch:
+    """A reusable llama_batch for one sequence, filled from numpy views, not per-token Python."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.raw = llama_cpp.llama_batch_init(capacity, 0, 1)
+        self._token = np.ctypeslib.as_array(self.raw.token, shape=(capacity,))
+        self._pos = np.ctypeslib.as_array(self.raw.pos, shape=(capacity,))
+        self._n_seq = np.ctypeslib.as_array(self.raw.n_seq_id, shape=(capacity,))
+        self._logits = np.ctypeslib.as_array(
+            ctypes.cast(self.raw.logits, ctypes.POINTER(ctypes.c_int8)), shape=(capacity,)
+        )
+        self._n_seq[:] = 1
+        for i in range(capacity):  # once per session: every token belongs to sequence 0
+            self.raw.seq_id[i][0] = 0
+        self._freed = False
+
+    def fill(self, tokens: np.ndarray, pos0: int, want_logits: bool) -> None:
+        n = len(tokens)
+        self.raw.n_tokens = n
+        self._token[:n] = tokens
+        self._pos[:n] = np.arange(pos0, pos0 + n, dtype=self._pos.dtype)
+        self._logits[:n] = 0
+        if want_logits:
+            self._logits[n - 1] = 1
+
+    def free(self) -> None:
+        if not self._freed:
+            llama_cpp.llama_batch_free(self.raw)
+            self._freed = True

@@ -1,0 +1,282 @@
+"""Headless commands: `effctx info`, `effctx run`, `effctx bench overhead`, `effctx model`.
+
+Bad input ends with one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .contract import DecodeConfig, EffctxError, ModelInfo
+from .profiles import DEFAULT_PROFILE, Profile
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not usage + error
+        raise EffctxError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="effctx", description="See and steer what a local LLM runtime keeps in context.")
+    sub = parser.add_subparsers(dest="command")
+
+    def model_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", metavar="PATH", help="a GGUF model file (default: the embedded Gemma 3 270M)")
+        p.add_argument("--n-ctx", type=int, default=DEFAULT_PROFILE.n_ctx, metavar="N", help="context size in tokens")
+        p.add_argument("--threads", type=int, default=0, metavar="N", help="CPU threads (default: all free cores)")
+
+    info = sub.add_parser("info", help="model facts, digest, capabilities and context limits")
+    model_options(info)
+    info.add_argument("--json", action="store_true")
+
+    run = sub.add_parser("run", help="complete one prompt and report timings and token accounting")
+    model_options(run)
+    src = run.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", metavar="TEXT")
+    src.add_argument("--prompt-file", metavar="FILE")
+    run.add_argument("--max-tokens", type=int, default=64, metavar="N")
+    run.add_argument("--temperature", type=float, default=0.0)
+    run.add_argument("--top-p", type=float, default=1.0)
+    run.add_argument("--seed", type=int)
+    run.add_argument("--trace", metavar="FILE", help="write the engine's events as JSON Lines")
+    run.add_argument("--json", action="store_true")
+
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    overhead = bench_sub.add_parser("overhead", help="engine throughput divided by a plain llama-cpp-python loop")
+    model_options(overhead)
+    overhead.add_argument("--prompt-tokens", type=int, default=1024, metavar="N")
+    overhead.add_argument("--decode-tokens", type=int, default=64, metavar="N")
+    overhead.add_argument("--rounds", type=int, default=3, metavar="N")
+    overhead.add_argument("--json", action="store_true")
+
+    model = sub.add_parser("model", help="the default model")
+    model_sub = model.add_subparsers(dest="model_command", required=True)
+    model_sub.add_parser("prepare", help="assemble the embedded default model (once)")
+    model_sub.add_parser("path", help="print the default model's path")
+    return parser
+
+
+def _profile(args: argparse.Namespace) -> Profile:
+    return DEFAULT_PROFILE.with_changes(n_ctx=args.n_ctx, n_threads=args.threads)
+
+
+def _model_path(args: argparse.Namespace) -> Path:
+    from .models import resolve_model
+
+    return resolve_model(args.model, progress=_stderr_progress())
+
+
+def _stderr_progress():
+    """Progress for long set-up steps: a live line on a terminal, a few lines otherwise."""
+    tty = sys.stderr.isatty()
+    last = {"stage": None, "step": -1}
+
+    def report(stage: str, done: int, total: int) -> None:
+        pct = int(done * 100 / total) if total else 100
+        if tty:
+            end = "\n" if done >= total else ""
+            print(f"\r{stage}: {pct:3d}% ({done >> 20} of {total >> 20} MiB)", end=end, file=sys.stderr, flush=True)
+            return
+        step = pct // 25
+        if stage != last["stage"] or step != last["step"]:
+            last.update(stage=stage, step=step)
+            print(f"{stage}: {pct}%", file=sys.stderr, flush=True)
+
+    return report
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def info_dict(info: ModelInfo) -> dict:
+    f = info.facts
+    caps = info.capabilities
+    return {
+        "model": {
+            "path": f.path,
+            "name": f.name,
+            "architecture": f.architecture,
+            "file_bytes": f.file_bytes,
+            "sha256": f.sha256,
+            "n_layers": f.n_layers,
+            "n_head": f.n_head,
+            "n_head_kv": f.n_head_kv,
+            "head_dim_k": f.head_dim_k,
+            "head_dim_v": f.head_dim_v,
+            "n_embd": f.n_embd,
+            "vocab_size": f.vocab_size,
+            "context_length": f.context_length,
+            "sliding_window": f.sliding_window,
+            "global_layers": list(f.global_layers),
+            "swa_layers": list(f.swa_layers),
+            "global_layers_rule": f.global_layers_rule,
+            "bos_token_id": f.bos_token_id,
+            "eos_token_id": f.eos_token_id,
+            "add_bos": f.add_bos,
+            "chat_template": f.chat_template,
+            "chat_format": info.identity.chat_format,
+        },
+        "backend": {"name": info.backend, "version": info.backend_version},
+        "identity": {**info.identity.to_dict(), "digest": info.identity.digest()},
+        "n_ctx": info.n_ctx,
+        "n_batch": info.n_batch,
+        "capabilities": {
+            "position_shift": caps.position_shift,
+            "quantized_v_cache": caps.quantized_v_cache,
+            "exact_snapshot_replay": caps.exact_snapshot_replay,
+            "safe_rollback": caps.safe_rollback_tokens,
+            "reasons": caps.reasons,
+        },
+        "limits": [{"name": lim.name, "tokens": lim.tokens, "reason": lim.reason} for lim in info.limits],
+    }
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .backends.registry import get_backend
+
+    profile = _profile(args)
+    info = get_backend(profile.backend).describe(_model_path(args), profile)
+    data = info_dict(info)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    m = data["model"]
+    print(f"model        {m['name']} ({m['architecture']}), {m['file_bytes'] / 2**20:.1f} MiB")
+    print(f"path         {m['path']}")
+    print(f"sha256       {m['sha256']}")
+    print(f"layers       {m['n_layers']}, heads {m['n_head']}, KV heads {m['n_head_kv']}, "
+          f"head dim K {m['head_dim_k']} / V {m['head_dim_v']}, vocab {m['vocab_size']}")
+    if m["sliding_window"]:
+        print(f"attention    sliding window {m['sliding_window']}; global layers {m['global_layers']} "
+              f"({m['global_layers_rule']})")
+    else:
+        print("attention    every layer global")
+    print(f"chat         {'template in the model' if m['chat_template'] else 'no chat template'}; "
+          f"effctx uses {m['chat_format']}")
+    print(f"backend      {data['backend']['name']} {data['backend']['version']}, n_ctx {data['n_ctx']}, "
+          f"n_batch {data['n_batch']}")
+    print(f"identity     {data['identity']['digest'][:16]}")
+    print("capabilities")
+    caps = data["capabilities"]
+    for key in ("position_shift", "quantized_v_cache", "exact_snapshot_replay"):
+        print(f"  {key:22} {'yes' if caps[key] else 'no ':3}  {caps['reasons'][key]}")
+    print(f"  {'safe_rollback':22} {caps['safe_rollback']}")
+    print("context limits")
+    for lim in data["limits"]:
+        print(f"  {lim['name']:10} {lim['tokens']:>7} tokens  {lim['reason']}")
+    return 0
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    try:
+        return Path(args.prompt_file).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise EffctxError(f"prompt file not found: {args.prompt_file}") from None
+    except IsADirectoryError:
+        raise EffctxError(f"prompt file is a directory: {args.prompt_file}") from None
+    except UnicodeDecodeError:
+        raise EffctxError(f"prompt file is not UTF-8 text: {args.prompt_file}") from None
+    except OSError as exc:
+        raise EffctxError(f"cannot read prompt file {args.prompt_file}: {exc.strerror}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .engine import SessionEngine
+
+    prompt = _read_prompt(args)
+    if args.max_tokens < 0:
+        raise EffctxError("--max-tokens must be 0 or more")
+    engine = SessionEngine(_model_path(args), _profile(args), trace_path=args.trace)
+    try:
+        engine.open()
+        config = DecodeConfig(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+        result = engine.complete(prompt, config)
+    finally:
+        engine.close()
+    data = {
+        "text": result.text,
+        "stop_reason": result.stop_reason,
+        "ttft_ms": round(result.ttft_ms, 3),
+        "prefill_tps": round(result.prefill_tps, 2),
+        "decode_tps": round(result.decode_tps, 2),
+        "prefill_ms": round(result.prefill_ms, 3),
+        "decode_ms": round(result.decode_ms, 3),
+        "tokens": {
+            "reused": result.reused,
+            "prefilled": result.prefilled,
+            "generated": result.generated,
+            "resident": result.resident,
+            "n_ctx": result.n_ctx,
+        },
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(result.text)
+    print(
+        f"-- {result.prefilled} prefilled, {result.reused} reused, {result.generated} generated "
+        f"({result.stop_reason}); TTFT {result.ttft_ms:.0f} ms, prefill {result.prefill_tps:.0f} tok/s, "
+        f"decode {result.decode_tps:.1f} tok/s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.overhead import run_overhead
+
+    report = run_overhead(
+        _model_path(args), _profile(args), args.prompt_tokens, args.decode_tokens, args.rounds,
+        progress=lambda msg: print(msg, file=sys.stderr, flush=True) if not args.json else None,
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0
+    print(report.table())
+    return 0
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    from .models import default_model_path, prepare_default_model
+
+    if args.model_command == "path":
+        print(default_model_path())
+        return 0
+    path = prepare_default_model(progress=_stderr_progress())
+    print(f"default model ready: {path}")
+    return 0
+
+
+COMMANDS = {"info": cmd_info, "run": cmd_run, "bench": cmd_bench, "model": cmd_model}
+
+
+def run_command(argv: Sequence[str]) -> int:
+    """Run a headless command; returns the exit code. Errors become one line."""
+    try:
+        args = build_parser().parse_args(list(argv))
+        if args.command is None:
+            raise EffctxError("no command given (try: effctx --help)")
+        return COMMANDS[args.command](args)
+    except EffctxError as exc:
+        print(f"effctx: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("effctx: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Engine events: typed records, streamed to subscribers and written as JSON Lines."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import ClassVar, TextIO
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    t_ms: float = field(default=0.0, kw_only=True)
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, **asdict(self)}, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class ModelProgress(Event):
+    kind: ClassVar[str] = "model_progress"
+    stage: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class SessionOpened(Event):
+    kind: ClassVar[str] = "session_opened"
+    backend: str
+    model: str
+    n_ctx: int
+    identity: str
+
+
+@dataclass(frozen=True)
+class TurnStarted(Event):
+    kind: ClassVar[str] = "turn_started"
+    turn: int
+    input_text: str
+    prefix_tokens: int
+    suffix_tokens: int
+
+
+@dataclass(frozen=True)
+class PrefixChecked(Event):
+    kind: ClassVar[str] = "prefix_checked"
+    turn: int
+    reused: int
+    prefilled: int
+    dropped: int
+    resident: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PrefillChunk(Event):
+    kind: ClassVar[str] = "prefill_chunk"
+    turn: int
+    stage: str
+    start: int
+    tokens: int
+    done: int
+    total: int
+    ms: float
+
+
+@dataclass(frozen=True)
+class TokenDecoded(Event):
+    kind: ClassVar[str] = "token"
+    turn: int
+    index: int
+    token: int
+    text: str
+    ms: float
+
+
+@dataclass(frozen=True)
+class TurnFinished(Event):
+    kind: ClassVar[str] = "turn_finished"
+    turn: int
+    text: str
+    stop_reason: str
+    reused: int
+    prefilled: int
+    generated: int
+    dropped: int
+    ttft_ms: float
+    prefill_tps: float
+    decode_tps: float
+    resident: int
+    available: int
+    n_ctx: int
+
+
+@dataclass(frozen=True)
+class SnapshotTaken(Event):
+    kind: ClassVar[str] = "snapshot"
+    tokens: int
+    bytes: int
+    ms: float
+
+
+@dataclass(frozen=True)
+class SnapshotRestored(Event):
+    kind: ClassVar[str] = "restore"
+    tokens: int
+    bytes: int
+    ms: float
+
+
+@dataclass(frozen=True)
+class ErrorRaised(Event):
+    kind: ClassVar[str] = "error"
+    error: str
+    message: str
+
+
+class TraceWriter:
+    """Appends one JSON object per event; flushed per line so a crash loses at most one."""
+
+    def __init__(self, path: Path):
+        self._file: TextIO = Path(path).open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        line = event.to_json()
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()

@@ -1,0 +1,154 @@
+"""The session screen: type a prompt, watch the reply stream, see what was reused."""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Label, ProgressBar
+
+from effctx_core.contract import DecodeConfig, EffctxError
+from effctx_core.trace import (
+    ErrorRaised,
+    ModelProgress,
+    PrefillChunk,
+    SessionOpened,
+    TokenDecoded,
+    TurnFinished,
+    TurnStarted,
+)
+
+from ..messages import EngineEvent, EngineFailed, EngineReady, TurnDone
+from ..widgets.status_line import StatusLine
+from ..widgets.transcript import Transcript
+
+# Prefills shorter than this finish before a progress bar would be readable.
+PROGRESS_MIN_TOKENS = 256
+
+
+class SessionScreen(Screen):
+    BINDINGS = [
+        Binding("escape", "stop", "Stop reply"),
+        Binding("ctrl+q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self, max_tokens: int) -> None:
+        super().__init__()
+        self.max_tokens = max_tokens
+        self.busy = False
+        self.ready = False
+        self.turns_done = 0
+        self._n_ctx = 0
+        self._resident = 0
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        yield Transcript(id="transcript")
+        with Horizontal(id="progress-row"):
+            yield Label("", id="progress-label")
+            yield ProgressBar(id="progress", show_eta=False)
+        yield StatusLine(id="status")
+        yield Input(placeholder="Loading the model…", id="prompt")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(StatusLine).show_loading("preparing the model…")
+        self._show_progress("preparing the model", None, None)
+        self.query_one(Input).focus()
+
+    # ------------------------------------------------------------------ progress
+
+    def _show_progress(self, label: str, done: int | None, total: int | None) -> None:
+        row = self.query_one("#progress-row")
+        row.display = True
+        self.query_one("#progress-label", Label).update(label)
+        bar = self.query_one(ProgressBar)
+        bar.update(total=total, progress=done or 0)
+
+    def _hide_progress(self) -> None:
+        self.query_one("#progress-row").display = False
+
+    # ------------------------------------------------------------------ engine messages
+
+    def on_engine_ready(self, message: EngineReady) -> None:
+        self.ready = True
+        self._n_ctx = message.info.n_ctx
+        self._hide_progress()
+        facts = message.info.facts
+        self.sub_title = f"{facts.name} · {message.info.backend} {message.info.backend_version} · n_ctx {message.info.n_ctx}"
+        prompt = self.query_one(Input)
+        prompt.placeholder = "Say something and press Enter (Esc stops a reply)"
+        self.query_one(StatusLine).show_ready(0, self._n_ctx)
+
+    def on_engine_failed(self, message: EngineFailed) -> None:
+        self._hide_progress()
+        self.query_one(Transcript).add_error(message.message)
+        self.query_one(StatusLine).show_loading(f"error: {message.message}")
+
+    def on_engine_event(self, message: EngineEvent) -> None:
+        event = message.event
+        status = self.query_one(StatusLine)
+        transcript = self.query_one(Transcript)
+        if isinstance(event, ModelProgress):
+            self._show_progress(event.stage, event.done, event.total)
+        elif isinstance(event, SessionOpened):
+            status.show_loading(f"opened {event.model} on {event.backend}")
+        elif isinstance(event, TurnStarted):
+            status.show_busy("prefilling…", self._resident, self._n_ctx)
+        elif isinstance(event, PrefillChunk):
+            self._resident = event.start + event.tokens
+            if event.total >= PROGRESS_MIN_TOKENS:
+                self._show_progress(f"prefill ({event.stage})", event.done, event.total)
+            status.show_busy(f"prefilling {event.done}/{event.total}…", self._resident, self._n_ctx)
+        elif isinstance(event, TokenDecoded):
+            self._hide_progress()
+            self._resident += 1
+            transcript.append_reply(event.text)
+            status.show_busy(f"decoding, {event.index + 1} tokens…", self._resident, self._n_ctx)
+        elif isinstance(event, TurnFinished):
+            self._resident = event.resident
+            note = None if event.stop_reason in ("stop", "eog") else event.stop_reason.replace("_", " ")
+            transcript.finish_reply(event.text, note)
+            status.show_turn(event)
+        elif isinstance(event, ErrorRaised):
+            transcript.add_error(f"{event.error}: {event.message}")
+
+    def on_turn_done(self, message: TurnDone) -> None:
+        self.busy = False
+        self.turns_done += 1
+        self._hide_progress()
+
+    # ------------------------------------------------------------------ input
+
+    @on(Input.Submitted, "#prompt")
+    def submit(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        if not self.ready:
+            self.notify("The model is still loading.", severity="warning")
+            return
+        if self.busy:
+            self.notify("A reply is still running; Esc stops it.", severity="warning")
+            return
+        event.input.clear()
+        self.busy = True
+        self.query_one(Transcript).add_user(text)
+        self.run_turn(text)
+
+    @work(thread=True, group="turn", exit_on_error=False)
+    def run_turn(self, text: str) -> None:
+        try:
+            self.app.engine.chat(text, DecodeConfig(max_tokens=self.max_tokens))
+        except EffctxError:
+            pass  # the engine already reported it as an ErrorRaised event
+        except Exception as exc:  # a bug must not kill the console; show it as one line
+            self.post_message(EngineEvent(ErrorRaised(error=type(exc).__name__, message=str(exc))))
+        finally:
+            self.post_message(TurnDone())
+
+    def action_stop(self) -> None:
+        if self.busy:
+            self.app.engine.cancel()

@@ -1,0 +1,46 @@
+"""The conversation so far, with the assistant's reply growing token by token."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+
+class Transcript(VerticalScroll):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._reply: Static | None = None
+        self._reply_text = ""
+
+    def add_user(self, text: str) -> None:
+        self.mount(Static(Text(text), classes="user-turn"))
+        self._reply_text = ""
+        self._reply = Static("", classes="assistant-turn")
+        self.mount(self._reply)
+        self.scroll_end(animate=False)
+
+    def append_reply(self, piece: str) -> None:
+        if self._reply is None:
+            return
+        self._reply_text += piece
+        self._reply.update(Text(self._reply_text))
+        self.scroll_end(animate=False)
+
+    def finish_reply(self, final_text: str, note: str | None) -> None:
+        """The reply as the engine kept it (stop text trimmed), with an optional note."""
+        if self._reply is None:
+            return
+        text = Text(final_text)
+        if note:
+            text.append(f"  [{note}]", style="dim italic")
+        self._reply.update(text)
+        self._reply = None
+
+    def add_error(self, message: str) -> None:
+        self.mount(Static(Text(message), classes="error-line"))
+        self.scroll_end(animate=False)
+
+    @property
+    def reply_text(self) -> str:
+        return self._reply_text

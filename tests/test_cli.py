@@ -1,0 +1,105 @@
+"""The headless CLI as a user runs it: real processes, JSON contracts, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EFFCTX = str(Path(sys.executable).with_name("effctx"))
+
+
+def effctx(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([EFFCTX, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_info_json_has_the_model_facts_scripts_rely_on(default_model):
+    out = effctx("info", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["model"]["global_layers"] == [5, 11, 17]
+    assert data["model"]["sliding_window"] == 512
+    assert data["model"]["chat_template"] is None
+    assert data["backend"]["name"] == "llama"
+    assert {lim["name"] for lim in data["limits"]} == {"trained", "n_ctx"}
+    assert all(lim["reason"] for lim in data["limits"])
+    assert data["capabilities"]["position_shift"] is True
+
+
+def test_info_text_lists_capabilities_and_limits(default_model):
+    out = effctx("info")
+    assert out.returncode == 0, out.stderr
+    assert "global layers [5, 11, 17]" in out.stdout
+    assert "context limits" in out.stdout
+
+
+def test_run_json_reports_text_timings_and_token_accounting(default_model):
+    out = effctx("run", "--prompt", "The capital of France is", "--max-tokens", "5", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert set(data) >= {"text", "ttft_ms", "prefill_tps", "decode_tps", "tokens"}
+    assert data["tokens"] == {"reused": 0, "prefilled": 6, "generated": 5, "resident": 11, "n_ctx": 4096}
+    assert data["text"].strip()
+    assert data["ttft_ms"] > 0 and data["prefill_tps"] > 0 and data["decode_tps"] > 0
+
+
+def test_run_reads_a_prompt_file_and_writes_a_trace(default_model, tmp_path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Once upon a time", encoding="utf-8")
+    trace = tmp_path / "run.jsonl"
+    out = effctx("run", "--prompt-file", str(prompt), "--max-tokens", "3", "--trace", str(trace))
+    assert out.returncode == 0, out.stderr
+    kinds = [json.loads(line)["kind"] for line in trace.read_text().splitlines()]
+    assert kinds[0] == "session_opened" and kinds[-1] == "turn_finished"
+    assert kinds.count("token") == 3
+
+
+@pytest.fixture
+def bad_files(tmp_path):
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    text = tmp_path / "notes.gguf"
+    text.write_text("this is not a model")
+    binary = tmp_path / "bad.txt"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    long = tmp_path / "long.txt"
+    long.write_text("word " * 600)
+    return {"empty": empty, "text": text, "binary": binary, "long": long, "dir": tmp_path}
+
+
+BAD_INPUTS = {
+    "missing model": (["run", "--model", "{dir}/absent.gguf", "--prompt", "hi"], "model file not found"),
+    "empty model": (["run", "--model", "{empty}", "--prompt", "hi"], "model file is empty"),
+    "non-GGUF model": (["info", "--model", "{text}"], "not a GGUF model file"),
+    "missing prompt file": (["run", "--prompt-file", "{dir}/absent.txt"], "prompt file not found"),
+    "prompt file is a directory": (["run", "--prompt-file", "{dir}"], "prompt file is a directory"),
+    "prompt file not text": (["run", "--prompt-file", "{binary}"], "prompt file is not UTF-8 text"),
+    "prompt longer than n_ctx": (["run", "--prompt-file", "{long}", "--n-ctx", "256"], "context overflow in prefill"),
+    "unknown option": (["run", "--prompt", "hi", "--bogus"], "unrecognized arguments"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_and_exit_2(case, bad_files, default_model):
+    args, message = BAD_INPUTS[case]
+    out = effctx(*[a.format(**bad_files) for a in args])
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("effctx: error: ") and message in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_bench_overhead_reports_both_ratios(default_model):
+    out = effctx("bench", "overhead", "--prompt-tokens", "64", "--decode-tokens", "4", "--rounds", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["prompt_tokens"] >= 48 and data["rounds"] == 1
+    for side in ("raw", "engine"):
+        assert data[side]["prefill_tps"] > 0 and data[side]["decode_tps"] > 0
+    assert data["prefill_ratio"] == pytest.approx(data["engine"]["prefill_tps"] / data["raw"]["prefill_tps"], rel=1e-3)
+    assert data["decode_ratio"] == pytest.approx(data["engine"]["decode_tps"] / data["raw"]["decode_tps"], rel=1e-3)

@@ -1,0 +1,81 @@
+"""SessionEngine turns on the real default model: reuse, accounting, events, trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from effctx_core.contract import ContextOverflowError, DecodeConfig
+from effctx_core.engine import SessionEngine
+from effctx_core.profiles import Profile
+
+PROFILE = Profile(name="engine-test", n_ctx=1024)
+
+
+@pytest.fixture
+def engine(default_model, tmp_path):
+    eng = SessionEngine(default_model, PROFILE, trace_path=tmp_path / "trace.jsonl")
+    eng.open()
+    yield eng
+    eng.close()
+
+
+def test_a_second_turn_reuses_the_whole_first_turn(engine):
+    first = engine.complete("The capital of France is", DecodeConfig(max_tokens=6))
+    tape_after_first = len(engine.tape)
+    second_text = " The capital of Italy is"
+    new_tokens = len(engine.session.tokenize(second_text, add_bos=False))
+    second = engine.complete(second_text, DecodeConfig(max_tokens=6))
+    assert first.generated == 6
+    assert tape_after_first == first.prefilled + first.generated
+    assert (second.reused, second.prefilled, second.dropped) == (tape_after_first, new_tokens, 0)
+    assert second.resident == tape_after_first + new_tokens + second.generated
+
+
+def test_chat_turns_reuse_earlier_turns_and_drop_only_stop_text(engine):
+    first = engine.chat("What is the capital of France?", DecodeConfig(max_tokens=24))
+    kept = len(engine.tape)
+    resident = engine.explain().resident_tokens
+    second = engine.chat("And of Italy?", DecodeConfig(max_tokens=8))
+    assert "\nUser:" not in first.text
+    assert second.reused == kept
+    assert second.dropped == resident - kept
+    assert engine.detokenize(engine.tape).startswith("User: What is the capital of France?\nAssistant:")
+
+
+def test_turn_figures_are_consistent(engine):
+    result = engine.complete("Once upon a time", DecodeConfig(max_tokens=8))
+    assert result.ttft_ms >= result.prefill_ms > 0
+    assert result.prefill_tps == pytest.approx(result.prefilled / (result.prefill_ms / 1000))
+    assert result.decode_tps == pytest.approx(result.generated / (result.decode_ms / 1000))
+    assert result.available == result.n_ctx - result.resident
+
+
+def test_a_prompt_longer_than_the_context_is_refused_and_the_engine_goes_on(engine):
+    with pytest.raises(ContextOverflowError) as err:
+        engine.complete("word " * 1100, DecodeConfig(max_tokens=4))
+    assert err.value.n_ctx == 1024 and err.value.resident == 0
+    assert engine.complete("Hello", DecodeConfig(max_tokens=2)).generated == 2
+
+
+def test_every_step_is_an_event_in_the_trace(engine, tmp_path):
+    seen = []
+    engine.subscribe(seen.append)
+    result = engine.complete("The sky is", DecodeConfig(max_tokens=3))
+    engine.close()
+    kinds = [e.kind for e in seen]
+    assert kinds == ["turn_started", "prefix_checked", "prefill_chunk", "token", "token", "token", "turn_finished"]
+    lines = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    assert [line["kind"] for line in lines] == ["session_opened"] + kinds
+    assert lines[-1]["text"] == result.text
+    assert "".join(line["text"] for line in lines if line["kind"] == "token") == result.text
+
+
+def test_restore_brings_back_the_tape(engine):
+    engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+    snap = engine.snapshot()
+    first = engine.complete(" Then", DecodeConfig(max_tokens=8)).text
+    engine.restore(snap)
+    assert engine.tape == snap.tokens
+    assert engine.complete(" Then", DecodeConfig(max_tokens=8)).text == first

@@ -1,0 +1,224 @@
+"""The session contract on the real llama.cpp backend and the default model."""
+
+from __future__ import annotations
+
+import pytest
+
+from effctx_core.backends.llama import LlamaBackend
+from effctx_core.contract import (
+    ContextOverflowError,
+    DecodeConfig,
+    IdentityMismatchError,
+    SessionFatalError,
+    SessionSnapshot,
+)
+from effctx_core.profiles import Profile
+
+EXACT = Profile(name="exact-test", n_ctx=2048, flash_attn=False, swa_full=True)
+PROMPT = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
+
+
+@pytest.fixture(scope="module")
+def backend() -> LlamaBackend:
+    return LlamaBackend()
+
+
+@pytest.fixture
+def open_session(backend, default_model):
+    opened = []
+
+    def open_(profile: Profile = EXACT):
+        session = backend.open(default_model, profile)
+        opened.append(session)
+        return session
+
+    yield open_
+    for session in opened:
+        session.close()
+
+
+def greedy(session, n: int = 8) -> list[int]:
+    return [c.token for c in session.decode(DecodeConfig(max_tokens=n)) if c.stop_reason != "eog"]
+
+
+def prompt_tokens(session, text: str = PROMPT) -> list[int]:
+    return session.tokenize(text, add_bos=True)
+
+
+def filler(session, n_tokens: int) -> list[int]:
+    sentence = session.tokenize(" The grass is green. The sky is blue. The sun is yellow.", add_bos=False)
+    toks = prompt_tokens(session, "Notes:")
+    while len(toks) < n_tokens:
+        toks += sentence
+    return toks[:n_tokens]
+
+
+def test_prefill_then_decode_keeps_every_token_resident(open_session):
+    s = open_session()
+    toks = prompt_tokens(s)
+    status = s.prefill_suffix(toks)
+    out = greedy(s, 6)
+    report = s.explain()
+    assert status.prefilled == len(toks)
+    assert len(out) == 6
+    assert report.resident_tokens == len(toks) + 6
+    assert report.pending_tokens == 0
+    assert s.tokens == tuple(toks + out)
+
+
+def test_ensure_prefix_reuses_an_extended_tape(open_session):
+    s = open_session()
+    first = prompt_tokens(s)
+    s.ensure_prefix(first)
+    more = first + s.tokenize(" Madrid. The capital of Portugal is", add_bos=False)
+    status = s.ensure_prefix(more)
+    assert (status.reused, status.prefilled, status.dropped) == (len(first), len(more) - len(first), 0)
+    assert status.reason == "extends the resident tape"
+    assert status.resident == len(more)
+
+
+def test_ensure_prefix_drops_the_divergent_tail_and_continues_like_a_fresh_session(open_session):
+    s = open_session()
+    base = prompt_tokens(s)
+    s.ensure_prefix(base + s.tokenize(" Madrid. The capital of Germany is", add_bos=False))
+    greedy(s, 4)
+    edited = base + s.tokenize(" Madrid. The capital of Portugal is", add_bos=False)
+    shared = next(i for i, (a, b) in enumerate(zip(s.tokens, edited)) if a != b)
+    before = len(s.tokens)
+    status = s.ensure_prefix(edited)
+    assert (status.reused, status.prefilled, status.dropped) == (shared, len(edited) - shared, before - shared)
+    assert status.reason == f"diverges from the resident tape at token {shared}"
+    fresh = open_session()
+    fresh.ensure_prefix(edited)
+    assert greedy(s) == greedy(fresh)
+
+
+def test_snapshot_restore_reproduces_the_continuation_exactly(open_session):
+    s = open_session()
+    s.prefill_suffix(filler(s, 700))
+    snap = s.snapshot()
+    first = greedy(s, 16)
+    greedy(s, 8)  # move on, so the restore has something to undo
+    s.restore(snap)
+    assert s.tokens == snap.tokens
+    assert greedy(s, 16) == first
+
+
+def test_restore_into_another_kv_type_is_refused_and_the_session_stays_usable(open_session):
+    f16 = open_session()
+    f16.prefill_suffix(prompt_tokens(f16))
+    snap = f16.snapshot()
+    q8 = open_session(EXACT.with_changes(name="q8k", kv_cache_type_k="q8_0"))
+    own = prompt_tokens(q8, "Once upon a time")
+    q8.prefill_suffix(own)
+    with pytest.raises(IdentityMismatchError) as err:
+        q8.restore(snap)
+    assert "kv_cache_type_k 'q8_0' != 'f16'" in str(err.value)
+    assert q8.tokens == tuple(own)
+    assert len(greedy(q8, 4)) == 4
+    assert q8.explain().resident_tokens == len(own) + 4
+
+
+def test_overflow_is_a_typed_error_with_numbers_and_the_session_stays_usable(open_session):
+    s = open_session(EXACT.with_changes(n_ctx=256))
+    toks = filler(s, 200)
+    s.prefill_suffix(toks)
+    with pytest.raises(ContextOverflowError) as err:
+        s.prefill_suffix(filler(s, 100)[1:])
+    e = err.value
+    assert (e.stage, e.resident, e.additional, e.n_ctx) == ("prefill", 200, 99, 256)
+    assert s.explain().resident_tokens == 200
+    assert len(greedy(s, 4)) == 4
+
+
+def test_a_prefix_longer_than_the_context_is_refused_before_touching_the_cache(open_session):
+    s = open_session(EXACT.with_changes(n_ctx=256))
+    toks = prompt_tokens(s)
+    s.prefill_suffix(toks)
+    with pytest.raises(ContextOverflowError) as err:
+        s.ensure_prefix(filler(s, 300))
+    assert (err.value.stage, err.value.additional, err.value.n_ctx) == ("prefix", 300, 256)
+    assert s.tokens == tuple(toks)
+
+
+def test_decode_stops_with_n_ctx_when_the_cache_is_full(open_session):
+    s = open_session(EXACT.with_changes(n_ctx=256))
+    s.prefill_suffix(filler(s, 250))
+    chunks = list(s.decode(DecodeConfig(max_tokens=20)))
+    assert [c.stop_reason for c in chunks] == [None] * 5 + ["n_ctx"]
+    assert s.explain().resident_tokens == 256
+
+
+def test_rollback_below_the_sliding_window_reprefills_and_says_why(open_session):
+    s = open_session(EXACT.with_changes(name="swa-small", swa_full=False))
+    long = filler(s, 1400)
+    s.ensure_prefix(long)
+    limit = s.rollback_limit()
+    assert 512 <= limit < 1400
+    near = s.ensure_prefix(long[:1390])
+    assert (near.reused, near.prefilled, near.dropped) == (1390, 0, 10)
+    edited = long[:100] + s.tokenize(" Something else entirely.", add_bos=False)
+    far = s.ensure_prefix(edited)
+    assert (far.reused, far.prefilled) == (0, len(edited))
+    assert far.reason.startswith("sliding-window rollback limit")
+    fresh = open_session(EXACT.with_changes(name="swa-small", swa_full=False))
+    fresh.ensure_prefix(edited)
+    assert greedy(s) == greedy(fresh)
+
+
+def test_a_restored_state_cannot_be_cut_back_inside_its_window(open_session):
+    s = open_session()
+    toks = filler(s, 800)
+    s.prefill_suffix(toks)
+    snap = s.snapshot()
+    other = open_session()
+    other.restore(snap)
+    assert other.rollback_limit() == 800
+    status = other.ensure_prefix(toks[:700])
+    assert (status.reused, status.prefilled) == (0, 700)
+    assert status.reason.startswith("sliding-window rollback limit")
+
+
+def test_a_failed_state_load_poisons_the_session_until_reopened(open_session):
+    s = open_session()
+    s.prefill_suffix(prompt_tokens(s))
+    good = s.snapshot()
+    bad = SessionSnapshot(good.identity, good.tokens, good.state[: len(good.state) // 2])
+    with pytest.raises(SessionFatalError):
+        s.restore(bad)
+    assert s.explain().poisoned
+    with pytest.raises(SessionFatalError, match="poisoned"):
+        s.prefill_suffix(prompt_tokens(s))
+    reopened = open_session()
+    reopened.restore(good)
+    assert len(greedy(reopened, 4)) == 4
+
+
+def test_sampling_with_a_seed_is_repeatable(open_session):
+    s = open_session()
+    s.prefill_suffix(prompt_tokens(s))
+    snap = s.snapshot()
+    cfg = DecodeConfig(max_tokens=8, temperature=0.9, top_p=0.95, seed=7)
+    a = [c.token for c in s.decode(cfg)]
+    s.restore(snap)
+    b = [c.token for c in s.decode(cfg)]
+    assert a == b
+
+
+def test_capabilities_report_what_the_context_can_do(open_session):
+    full = open_session().info.capabilities
+    windowed = open_session(EXACT.with_changes(name="w", swa_full=False, flash_attn=True)).info.capabilities
+    assert (full.position_shift, full.quantized_v_cache, full.exact_snapshot_replay) == (True, False, True)
+    assert (windowed.position_shift, windowed.quantized_v_cache, windowed.exact_snapshot_replay) == (False, True, False)
+
+
+def test_a_snapshot_without_logits_recomputes_the_last_position(open_session):
+    s = open_session()
+    s.prefill_suffix(filler(s, 300))
+    snap = s.snapshot()
+    expected = greedy(s, 8)
+    bare = SessionSnapshot(snap.identity, snap.tokens, snap.state, logits=None)
+    other = open_session()
+    other.restore(bare)
+    assert other.explain().resident_tokens == 300
+    assert greedy(other, 8) == expected

@@ -1,0 +1,74 @@
+"""The session screen, driven with Textual's Pilot on the real default model."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual import events
+from textual.widgets import Input, ProgressBar
+
+from effctx_tui.app import EffctxApp
+from effctx_tui.widgets.status_line import StatusLine
+from effctx_tui.widgets.transcript import Transcript
+
+
+async def wait_for(pilot, condition, seconds: float = 60.0) -> None:
+    for _ in range(int(seconds / 0.02)):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def status_text(screen) -> str:
+    return str(screen.query_one(StatusLine).render())
+
+
+async def test_a_prompt_streams_a_reply_and_fills_the_status_line(default_model):
+    app = EffctxApp(max_tokens=8)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        assert "no turn yet" in status_text(screen)
+        await pilot.press(*"What is the capital of France?", "enter")
+        await wait_for(pilot, lambda: screen.turns_done == 1)
+        transcript = screen.query_one(Transcript)
+        turns = [str(w.render()) for w in transcript.children]
+        assert turns[0] == "What is the capital of France?"
+        assert turns[1].strip()
+        status = status_text(screen)
+        assert "reused 0" in status and "prefilled 13" in status and "generated" in status
+        assert "TTFT" in status and "decode" in status and "tok/s" in status
+
+
+async def test_keys_are_answered_while_a_long_prefill_runs(default_model):
+    # Pilot.press waits until the process is idle, which it never is during a
+    # prefill, so the keys go straight into the app's queue and the test watches
+    # the order of effects: the keys land first, the prefill ends later.
+    app = EffctxApp(max_tokens=1)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        prompt = screen.query_one(Input)
+        prompt.value = "The grass is green. " * 500
+        app.post_message(events.Key("enter", None))
+        bar = screen.query_one(ProgressBar)
+        while bar.total != 2506:  # the first prefill chunk has been reported
+            await asyncio.sleep(0.005)
+        for key in "abc":
+            app.post_message(events.Key(key, key))
+        while prompt.value != "abc":
+            await asyncio.sleep(0.005)
+        assert screen.busy, "the prefill should still be running"
+        await wait_for(pilot, lambda: screen.turns_done == 1)
+        assert "prefilled 2506" in status_text(screen)
+
+
+async def test_a_missing_model_is_shown_as_one_error_line(tmp_path):
+    app = EffctxApp(model=tmp_path / "absent.gguf")
+    async with app.run_test(size=(100, 20)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: len(screen.query_one(Transcript).children) == 1)
+        line = str(screen.query_one(Transcript).children[0].render())
+        assert line == f"model file not found: {tmp_path / 'absent.gguf'}"
+        assert not screen.ready
