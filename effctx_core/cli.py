@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_options(overhead)
     overhead.add_argument("--prompt-tokens", type=int, default=1024, metavar="N")
     overhead.add_argument("--decode-tokens", type=int, default=64, metavar="N")
-    overhead.add_argument("--rounds", type=int, default=3, metavar="N")
+    overhead.add_argument("--rounds", type=int, default=6, metavar="N")
     overhead.add_argument("--json", action="store_true")
 
     model = sub.add_parser("model", help="the default model")

@@ -205,6 +205,25 @@ class SessionSnapshot:
 
 
 @dataclass(frozen=True)
+class TurnResult:
+    text: str
+    stop_reason: str
+    reused: int
+    prefilled: int
+    generated: int
+    dropped: int
+    prefix_reason: str
+    ttft_ms: float
+    prefill_ms: float
+    decode_ms: float
+    prefill_tps: float
+    decode_tps: float
+    resident: int
+    available: int
+    n_ctx: int
+
+
+@dataclass(frozen=True)
 class PrefillProgress:
     """Reported after each prefill chunk."""
 

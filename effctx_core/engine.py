@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +22,7 @@ from .contract import (
     PrefillProgress,
     Session,
     SessionSnapshot,
+    TurnResult,
 )
 from .profiles import DEFAULT_PROFILE, Profile
 from .trace import (
@@ -41,25 +41,6 @@ from .trace import (
 from .transcript import chat_format_for
 
 Subscriber = Callable[[Event], None]
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    text: str
-    stop_reason: str
-    reused: int
-    prefilled: int
-    generated: int
-    dropped: int
-    prefix_reason: str
-    ttft_ms: float
-    prefill_ms: float
-    decode_ms: float
-    prefill_tps: float
-    decode_tps: float
-    resident: int
-    available: int
-    n_ctx: int
 
 
 def _rate(tokens: int, ms: float) -> float:
@@ -136,6 +117,12 @@ class SessionEngine:
             if self._trace is not None:
                 self._trace.close()
                 self._trace = None
+
+    def reset(self) -> None:
+        """Start a new conversation. The cache is cleared by the next turn's
+        ensure_prefix, which reports the old tokens as dropped."""
+        with self._lock:
+            self._tape = []
 
     def cancel(self) -> None:
         """Stop the running decode after its current token."""
@@ -256,13 +243,7 @@ class SessionEngine:
             available=report.available_tokens,
             n_ctx=report.n_ctx,
         )
-        self._emit(
-            TurnFinished, turn=turn, text=result.text, stop_reason=result.stop_reason,
-            reused=result.reused, prefilled=result.prefilled, generated=result.generated,
-            dropped=result.dropped, ttft_ms=round(result.ttft_ms, 3),
-            prefill_tps=round(result.prefill_tps, 2), decode_tps=round(result.decode_tps, 2),
-            resident=result.resident, available=result.available, n_ctx=result.n_ctx,
-        )
+        self._emit(TurnFinished, turn=turn, result=result)
         return result
 
     def _progress(self, turn: int, start: int) -> Callable[[PrefillProgress], None]:

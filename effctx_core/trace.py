@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar, TextIO
 
+from .contract import TurnResult
+
 
 @dataclass(frozen=True)
 class Event:
@@ -81,18 +83,7 @@ class TokenDecoded(Event):
 class TurnFinished(Event):
     kind: ClassVar[str] = "turn_finished"
     turn: int
-    text: str
-    stop_reason: str
-    reused: int
-    prefilled: int
-    generated: int
-    dropped: int
-    ttft_ms: float
-    prefill_tps: float
-    decode_tps: float
-    resident: int
-    available: int
-    n_ctx: int
+    result: TurnResult
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ def test_every_step_is_an_event_in_the_trace(engine, tmp_path):
     assert kinds == ["turn_started", "prefix_checked", "prefill_chunk", "token", "token", "token", "turn_finished"]
     lines = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
     assert [line["kind"] for line in lines] == ["session_opened"] + kinds
-    assert lines[-1]["text"] == result.text
+    assert lines[-1]["result"]["text"] == result.text
     assert "".join(line["text"] for line in lines if line["kind"] == "token") == result.text
 
 
@@ -79,3 +79,12 @@ def test_restore_brings_back_the_tape(engine):
     engine.restore(snap)
     assert engine.tape == snap.tokens
     assert engine.complete(" Then", DecodeConfig(max_tokens=8)).text == first
+
+
+def test_a_new_conversation_drops_the_old_one_at_its_first_turn(engine):
+    engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+    old = engine.explain().resident_tokens
+    engine.reset()
+    result = engine.complete("Once upon a time", DecodeConfig(max_tokens=2))
+    assert (result.reused, result.dropped) == (0, old)
+    assert engine.detokenize(engine.tape).startswith("Once upon a time")

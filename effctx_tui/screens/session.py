@@ -9,7 +9,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
-from effctx_core.contract import DecodeConfig, EffctxError
+from effctx_core.contract import DecodeConfig, EffctxError, TurnResult
 from effctx_core.trace import (
     ErrorRaised,
     ModelProgress,
@@ -31,6 +31,7 @@ PROGRESS_MIN_TOKENS = 256
 class SessionScreen(Screen):
     BINDINGS = [
         Binding("escape", "stop", "Stop reply"),
+        Binding("ctrl+n", "new_conversation", "New conversation"),
         Binding("ctrl+q", "app.quit", "Quit"),
     ]
 
@@ -40,6 +41,7 @@ class SessionScreen(Screen):
         self.busy = False
         self.ready = False
         self.turns_done = 0
+        self.last_result: TurnResult | None = None
         self._n_ctx = 0
         self._resident = 0
 
@@ -108,10 +110,11 @@ class SessionScreen(Screen):
             transcript.append_reply(event.text)
             status.show_busy(f"decoding, {event.index + 1} tokens…", self._resident, self._n_ctx)
         elif isinstance(event, TurnFinished):
-            self._resident = event.resident
-            note = None if event.stop_reason in ("stop", "eog") else event.stop_reason.replace("_", " ")
-            transcript.finish_reply(event.text, note)
-            status.show_turn(event)
+            result = self.last_result = event.result
+            self._resident = result.resident
+            note = None if result.stop_reason in ("stop", "eog") else result.stop_reason.replace("_", " ")
+            transcript.finish_reply(result.text, note)
+            status.show_turn(result)
         elif isinstance(event, ErrorRaised):
             transcript.add_error(f"{event.error}: {event.message}")
 
@@ -148,6 +151,18 @@ class SessionScreen(Screen):
             self.post_message(EngineEvent(ErrorRaised(error=type(exc).__name__, message=str(exc))))
         finally:
             self.post_message(TurnDone())
+
+    def action_new_conversation(self) -> None:
+        if not self.ready:
+            return
+        if self.busy:
+            self.notify("A reply is still running; Esc stops it.", severity="warning")
+            return
+        self.app.engine.reset()
+        self.query_one(Transcript).remove_children()
+        self.query_one(StatusLine).show_busy(
+            "new conversation: the next turn drops what is resident", self._resident, self._n_ctx
+        )
 
     def action_stop(self) -> None:
         if self.busy:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from effctx_core.trace import TurnFinished
+from effctx_core.contract import TurnResult
 
 
 class StatusLine(Static):
@@ -15,7 +15,7 @@ class StatusLine(Static):
     def show_ready(self, resident: int, n_ctx: int) -> None:
         self.update(self._residency(resident, n_ctx) + Text("  │  no turn yet", style="dim"))
 
-    def show_turn(self, done: TurnFinished) -> None:
+    def show_turn(self, done: TurnResult) -> None:
         text = self._residency(done.resident, done.n_ctx)
         text.append("  │  last turn: ")
         text.append(f"reused {done.reused}", style="bold green")
@@ -23,9 +23,10 @@ class StatusLine(Static):
         text.append(f"prefilled {done.prefilled}", style="bold yellow")
         if done.dropped:
             text.append(f" · dropped {done.dropped}", style="bold red")
-        text.append(f" · generated {done.generated}")
-        text.append("  │  ")
-        text.append(f"TTFT {done.ttft_ms:.0f} ms · prefill {done.prefill_tps:.0f} tok/s · decode {done.decode_tps:.1f} tok/s")
+        text.append(f" · generated {done.generated}\n")
+        text.append(f"TTFT {done.ttft_ms:.0f} ms", style="bold")
+        text.append(f" · prefill {done.prefill_tps:.0f} tok/s · decode {done.decode_tps:.1f} tok/s")
+        text.append(f" · {done.prefix_reason}", style="dim")
         self.update(text)
 
     def show_busy(self, what: str, resident: int, n_ctx: int) -> None:

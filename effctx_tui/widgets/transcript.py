@@ -12,10 +12,12 @@ class Transcript(VerticalScroll):
         super().__init__(**kwargs)
         self._reply: Static | None = None
         self._reply_text = ""
+        self.streamed_pieces = 0  # pieces appended to the current reply, one per token
 
     def add_user(self, text: str) -> None:
         self.mount(Static(Text(text), classes="user-turn"))
         self._reply_text = ""
+        self.streamed_pieces = 0
         self._reply = Static("", classes="assistant-turn")
         self.mount(self._reply)
         self.scroll_end(animate=False)
@@ -24,14 +26,15 @@ class Transcript(VerticalScroll):
         if self._reply is None:
             return
         self._reply_text += piece
-        self._reply.update(Text(self._reply_text))
+        self.streamed_pieces += 1
+        self._reply.update(Text(self._reply_text.lstrip()))
         self.scroll_end(animate=False)
 
     def finish_reply(self, final_text: str, note: str | None) -> None:
         """The reply as the engine kept it (stop text trimmed), with an optional note."""
         if self._reply is None:
             return
-        text = Text(final_text)
+        text = Text(final_text.lstrip())
         if note:
             text.append(f"  [{note}]", style="dim italic")
         self._reply.update(text)

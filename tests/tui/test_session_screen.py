@@ -25,7 +25,7 @@ def status_text(screen) -> str:
 
 
 async def test_a_prompt_streams_a_reply_and_fills_the_status_line(default_model):
-    app = EffctxApp(max_tokens=8)
+    app = EffctxApp(max_tokens=16)
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
         await wait_for(pilot, lambda: screen.ready)
@@ -35,9 +35,11 @@ async def test_a_prompt_streams_a_reply_and_fills_the_status_line(default_model)
         transcript = screen.query_one(Transcript)
         turns = [str(w.render()) for w in transcript.children]
         assert turns[0] == "What is the capital of France?"
-        assert turns[1].strip()
+        assert turns[1] == "The capital of France is Paris."
+        generated = screen.last_result.generated
+        assert transcript.streamed_pieces == generated > 1
         status = status_text(screen)
-        assert "reused 0" in status and "prefilled 13" in status and "generated" in status
+        assert "reused 0" in status and "prefilled 13" in status and f"generated {generated}" in status
         assert "TTFT" in status and "decode" in status and "tok/s" in status
 
 
@@ -72,3 +74,18 @@ async def test_a_missing_model_is_shown_as_one_error_line(tmp_path):
         line = str(screen.query_one(Transcript).children[0].render())
         assert line == f"model file not found: {tmp_path / 'absent.gguf'}"
         assert not screen.ready
+
+
+async def test_ctrl_n_starts_a_new_conversation(default_model):
+    app = EffctxApp(max_tokens=2)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        await pilot.press(*"Hello", "enter")
+        await wait_for(pilot, lambda: screen.turns_done == 1)
+        await pilot.press("ctrl+n")
+        assert len(screen.query_one(Transcript).children) == 0
+        assert "new conversation" in status_text(screen)
+        await pilot.press(*"Hi again", "enter")
+        await wait_for(pilot, lambda: screen.turns_done == 2)
+        assert "reused 0" in status_text(screen) and "dropped" in status_text(screen)
