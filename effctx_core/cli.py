@@ -8,11 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
 from .contract import DecodeConfig, EffctxError, ModelInfo
-from .profiles import DEFAULT_PROFILE, Profile
+from .profiles import DEFAULT_PROFILE_NAME, Profile, available_profiles, load_profile
 
 EXIT_BAD_INPUT = 2
 
@@ -26,10 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="effctx", description="See and steer what a local LLM runtime keeps in context.")
     sub = parser.add_subparsers(dest="command")
 
-    def model_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model", metavar="PATH", help="a GGUF model file (default: the embedded Gemma 3 270M)")
-        p.add_argument("--n-ctx", type=int, default=DEFAULT_PROFILE.n_ctx, metavar="N", help="context size in tokens")
-        p.add_argument("--threads", type=int, default=0, metavar="N", help="CPU threads (default: all free cores)")
+    model_options = add_runtime_options
 
     info = sub.add_parser("info", help="model facts, digest, capabilities and context limits")
     model_options(info)
@@ -56,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     overhead.add_argument("--rounds", type=int, default=6, metavar="N")
     overhead.add_argument("--json", action="store_true")
 
+    profiles = sub.add_parser("profiles", help="list runtime profiles, or show one")
+    profiles.add_argument("name", nargs="?", metavar="NAME|PATH", help="show this profile, resolved")
+    profiles.add_argument("--json", action="store_true")
+
     model = sub.add_parser("model", help="the default model")
     model_sub = model.add_subparsers(dest="model_command", required=True)
     model_sub.add_parser("prepare", help="assemble the embedded default model (once)")
@@ -63,14 +65,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _profile(args: argparse.Namespace) -> Profile:
-    return DEFAULT_PROFILE.with_changes(n_ctx=args.n_ctx, n_threads=args.threads)
+def add_runtime_options(p: argparse.ArgumentParser) -> None:
+    """The options every command that runs a model shares."""
+    p.add_argument("--profile", metavar="NAME|PATH", help=f"a runtime profile (default: {DEFAULT_PROFILE_NAME})")
+    p.add_argument("--model", metavar="PATH", help="a GGUF model file (default: the profile's, else the embedded Gemma 3 270M)")
+    p.add_argument("--n-ctx", type=int, metavar="N", help="context size in tokens (overrides the profile)")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads (overrides the profile; 0 = all free cores)")
 
 
-def _model_path(args: argparse.Namespace) -> Path:
+def profile_from_args(args: argparse.Namespace) -> Profile:
+    profile = load_profile(args.profile)
+    changes = {}
+    if args.n_ctx is not None:
+        changes["n_ctx"] = args.n_ctx
+    if args.threads is not None:
+        changes["threads"] = args.threads
+    return profile.with_changes(**changes) if changes else profile
+
+
+def model_from_args(args: argparse.Namespace, profile: Profile) -> Path:
     from .models import resolve_model
 
-    return resolve_model(args.model, progress=_stderr_progress())
+    return resolve_model(args.model or profile.model, progress=_stderr_progress())
 
 
 def _stderr_progress():
@@ -141,9 +157,10 @@ def info_dict(info: ModelInfo) -> dict:
 def cmd_info(args: argparse.Namespace) -> int:
     from .backends.registry import get_backend
 
-    profile = _profile(args)
-    info = get_backend(profile.backend).describe(_model_path(args), profile)
+    profile = profile_from_args(args)
+    info = get_backend(profile.backend).describe(model_from_args(args, profile), profile)
     data = info_dict(info)
+    data["profile"] = profile_dict(profile)
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -162,6 +179,7 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"effctx uses {m['chat_format']}")
     print(f"backend      {data['backend']['name']} {data['backend']['version']}, n_ctx {data['n_ctx']}, "
           f"n_batch {data['n_batch']}")
+    print(f"profile      {profile.name}: {profile.description or 'no description'}")
     print(f"identity     {data['identity']['digest'][:16]}")
     print("capabilities")
     caps = data["capabilities"]
@@ -195,7 +213,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args)
     if args.max_tokens < 0:
         raise EffctxError("--max-tokens must be 0 or more")
-    engine = SessionEngine(_model_path(args), _profile(args), trace_path=args.trace)
+    profile = profile_from_args(args)
+    engine = SessionEngine(model_from_args(args, profile), profile, trace_path=args.trace)
     try:
         engine.open()
         config = DecodeConfig(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
@@ -234,14 +253,47 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench.overhead import run_overhead
 
+    profile = profile_from_args(args)
     report = run_overhead(
-        _model_path(args), _profile(args), args.prompt_tokens, args.decode_tokens, args.rounds,
+        model_from_args(args, profile), profile, args.prompt_tokens, args.decode_tokens, args.rounds,
         progress=lambda msg: print(msg, file=sys.stderr, flush=True) if not args.json else None,
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return 0
     print(report.table())
+    return 0
+
+
+def profile_dict(profile: Profile) -> dict:
+    data = asdict(profile)
+    data["n_threads"] = profile.n_threads
+    return data
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    if args.name:
+        profile = load_profile(args.name)
+        data = profile_dict(profile)
+        if args.json:
+            print(json.dumps(data, indent=2))
+            return 0
+        residency = data.pop("residency")
+        rows = list(data.items()) + [(f"residency.{k}", v) for k, v in residency.items()]
+        for key, value in rows:
+            print(f"{key:24} {value}")
+        return 0
+    found = available_profiles()
+    rows = []
+    for name, source in found.items():
+        profile = load_profile(source if source != "built-in" else name)
+        rows.append({"name": name, "source": source, "description": profile.description})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        print(f"{r['name']:{width}}  {r['description']}  [{r['source']}]")
     return 0
 
 
@@ -256,7 +308,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"info": cmd_info, "run": cmd_run, "bench": cmd_bench, "model": cmd_model}
+COMMANDS = {"info": cmd_info, "run": cmd_run, "bench": cmd_bench, "profiles": cmd_profiles, "model": cmd_model}
 
 
 def run_command(argv: Sequence[str]) -> int:

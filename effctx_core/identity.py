@@ -20,6 +20,10 @@ class RuntimeIdentity:
     # Flash attention changes the numbers written into the cache (measured
     # max|dlogit| about 1 against the non-FA path), so it is part of the identity.
     flash_attn: bool
+    # Kernels differ by batch size, and so do the numbers they write into the cache.
+    n_batch: int
+    # A policy that evicts and shifts leaves a cache that only means something to it.
+    residency: str
     chat_format: str
     add_bos: bool
 

@@ -84,8 +84,8 @@ class LlamaSession:
         params.n_batch = profile.n_batch
         params.n_ubatch = profile.n_batch
         params.n_seq_max = 1
-        params.n_threads = profile.threads
-        params.n_threads_batch = profile.threads
+        params.n_threads = profile.n_threads
+        params.n_threads_batch = profile.n_threads
         params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if profile.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
@@ -126,6 +126,8 @@ class LlamaSession:
             kv_cache_type_k=profile.kv_cache_type_k,
             kv_cache_type_v=profile.kv_cache_type_v,
             flash_attn=profile.flash_attn,
+            n_batch=profile.n_batch,
+            residency=profile.kv_fields()["residency"],
             chat_format=chat_format_for(facts).name,
             add_bos=facts.add_bos,
         )
