@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.add_argument("name", nargs="?", metavar="NAME|PATH", help="show this profile, resolved")
     profiles.add_argument("--json", action="store_true")
 
+    planner = bench_sub.add_parser("planner", help="time each residency policy on a long tape")
+    planner.add_argument("--tokens", type=int, default=1_000_000, metavar="N")
+    planner.add_argument("--block-size", type=int, default=32, metavar="N")
+    planner.add_argument("--json", action="store_true")
+
     model = sub.add_parser("model", help="the default model")
     model_sub = model.add_subparsers(dest="model_command", required=True)
     model_sub.add_parser("prepare", help="assemble the embedded default model (once)")
@@ -251,6 +256,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench == "planner":
+        return cmd_bench_planner(args)
     from .bench.overhead import run_overhead
 
     profile = profile_from_args(args)
@@ -262,6 +269,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2))
         return 0
     print(report.table())
+    return 0
+
+
+def cmd_bench_planner(args: argparse.Namespace) -> int:
+    from .bench.planner import run_planner_benchmark
+
+    if args.tokens < 1 or args.block_size < 1:
+        raise EffctxError("--tokens and --block-size must be positive")
+    rows = run_planner_benchmark(args.tokens, args.block_size)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{rows[0]['tokens']} tokens in {rows[0]['blocks']} blocks of {args.block_size}; budget = a tenth")
+    print(f"{'policy':16}{'median ms':>11}{'p95 ms':>9}")
+    for r in rows:
+        print(f"{r['policy']:16}{r['median_ms']:>11.3f}{r['p95_ms']:>9.3f}")
     return 0
 
 

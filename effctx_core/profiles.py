@@ -50,7 +50,7 @@ class ResidencyConfig:
     sink_tokens: int = 4
     recent_tokens: int = 1020
     budget: int = 0  # tokens; 0 = the context size
-    block_size: int = 16
+    block_size: int = 32
 
     def validate(self, where: str) -> None:
         if self.policy not in POLICIES:

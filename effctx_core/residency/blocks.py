@@ -228,7 +228,7 @@ class BlockTable:
     def pin(self, start: int, end: int) -> None:
         """Pin every block that overlaps [start, end)."""
         mask = (self.start < end) & (self.end > start)
-        self.flags[mask] |= BlockFlag.PINNED
+        self.flags[mask] |= np.uint8(BlockFlag.PINNED)
 
     def renumber_positions(self) -> None:
         """Current positions after the evicted or cold blocks before each one are removed

@@ -1,0 +1,26 @@
+"""Residency planners, one policy a module, and the registry that builds them from a profile."""
+
+from __future__ import annotations
+
+from ...contract import EffctxError
+from ...profiles import ResidencyConfig
+from .base import Planner, PlannerCaps
+from .budget import BudgetPlanner
+from .none import NonePlanner
+from .scored import ScoredPlanner
+from .streaming import StreamingPlanner
+
+
+def planner_for(config: ResidencyConfig) -> Planner:
+    if config.policy == "none":
+        return NonePlanner()
+    if config.policy == "streaming":
+        return StreamingPlanner(config.sink_tokens, config.recent_tokens)
+    if config.policy == "budget":
+        return BudgetPlanner(config.sink_tokens, config.recent_tokens)
+    if config.policy == "scored":
+        return ScoredPlanner(config.sink_tokens, config.recent_tokens)
+    raise EffctxError(f"unknown residency policy {config.policy!r}")
+
+
+__all__ = ["Planner", "PlannerCaps", "planner_for", "NonePlanner", "StreamingPlanner", "BudgetPlanner", "ScoredPlanner"]

@@ -1,0 +1,17 @@
+"""`none`: keep everything; a tape over the budget is reported as over budget, not cut."""
+
+from __future__ import annotations
+
+from ..blocks import BlockClass, BlockTable, Reason
+from .base import PlannerCaps
+
+
+class NonePlanner:
+    name = "none"
+
+    def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable:
+        out = table.copy()
+        keep = out.cls < BlockClass.COLD
+        out.cls[keep] = BlockClass.HOT
+        out.reason[keep] = Reason.FITS_BUDGET
+        return out
