@@ -156,6 +156,9 @@ class DecodeConfig:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # The caller makes room between tokens (a sliding residency policy): do not stop
+    # when the cache is full, the next token will have a slot.
+    slide: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -212,6 +215,7 @@ class TurnResult:
     prefilled: int
     generated: int
     dropped: int
+    evicted: int  # tokens the residency policy took out of the cache during the turn
     prefix_reason: str
     ttft_ms: float
     prefill_ms: float

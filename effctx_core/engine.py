@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from .backends.registry import get_backend
 from .contract import (
     ContextOverflowError,
+    UnsupportedFeatureError,
     ContextReport,
     DecodeConfig,
     EffctxError,
@@ -25,11 +27,16 @@ from .contract import (
     TurnResult,
 )
 from .profiles import DEFAULT_PROFILE, Profile
+from .residency import BlockClass, ResidencyReport, Segment
+from .residency.planners import PlannerCaps
+from .residency.tracker import ResidencyTracker
 from .trace import (
     ErrorRaised,
     Event,
     PrefillChunk,
     PrefixChecked,
+    ResidencyAction,
+    ResidencyChanged,
     SessionOpened,
     SnapshotRestored,
     SnapshotTaken,
@@ -61,6 +68,8 @@ class SessionEngine:
         self._trace = TraceWriter(Path(trace_path)) if trace_path else None
         self._session: Session | None = None
         self._tape: list[int] = []
+        self._tracker: ResidencyTracker | None = None
+        self._executor = None
         self._turns = 0
         self._lock = threading.RLock()
         self._cancel = threading.Event()
@@ -84,8 +93,14 @@ class SessionEngine:
     def open(self) -> ModelInfo:
         with self._lock:
             if self._session is None:
-                self._session = self._backend.open(self.model_path, self.profile)
-                info = self._session.info
+                session = self._backend.open(self.model_path, self.profile)
+                try:
+                    self._attach_residency(session)
+                except EffctxError:
+                    session.close()
+                    raise
+                self._session = session
+                info = session.info
                 self._emit(
                     SessionOpened,
                     backend=info.backend,
@@ -94,6 +109,17 @@ class SessionEngine:
                     identity=info.identity.digest(),
                 )
             return self._session.info
+
+    def _attach_residency(self, session: Session) -> None:
+        caps = PlannerCaps(attention_scores=False)
+        config = self.profile.residency
+        if config.policy == "scored" and not caps.attention_scores:
+            raise UnsupportedFeatureError(
+                f"the scored policy needs attention scores, and the {session.info.backend} backend does not supply them"
+            )
+        self._executor = self._backend.residency_executor(session)
+        self._executor.check_supported(config.policy)
+        self._tracker = ResidencyTracker(config, self.profile.budget_tokens, caps)
 
     @property
     def session(self) -> Session:
@@ -109,6 +135,15 @@ class SessionEngine:
     def tape(self) -> tuple[int, ...]:
         return tuple(self._tape)
 
+    @property
+    def residency(self) -> ResidencyTracker:
+        if self._tracker is None:
+            raise EffctxError("the engine has no open session")
+        return self._tracker
+
+    def residency_report(self) -> ResidencyReport:
+        return self.residency.report()
+
     def close(self) -> None:
         with self._lock:
             if self._session is not None:
@@ -123,6 +158,8 @@ class SessionEngine:
         ensure_prefix, which reports the old tokens as dropped."""
         with self._lock:
             self._tape = []
+            if self._tracker is not None:
+                self._tracker.reset()
 
     def cancel(self) -> None:
         """Stop the running decode after its current token."""
@@ -134,7 +171,7 @@ class SessionEngine:
         """Raw completion: the prompt text is appended to the tape as it is."""
         session = self.session
         new = session.tokenize(prompt, add_bos=not self._tape and session.info.facts.add_bos)
-        return self._turn(prompt, new, config, stop=config.stop)
+        return self._turn(prompt, new, config, stop=config.stop, kind=Segment.USER)
 
     def chat(self, user_text: str, config: DecodeConfig = DecodeConfig()) -> TurnResult:
         """A conversation turn in the model's chat format."""
@@ -142,40 +179,39 @@ class SessionEngine:
         fmt = chat_format_for(session.info.facts)
         first = not self._tape
         new = session.tokenize(fmt.render_turn(user_text, first), add_bos=first and session.info.facts.add_bos)
-        return self._turn(user_text, new, config, stop=tuple(config.stop) + fmt.stop)
+        return self._turn(user_text, new, config, stop=tuple(config.stop) + fmt.stop, kind=Segment.USER)
 
-    def _turn(self, input_text: str, new: list[int], config: DecodeConfig, stop: tuple[str, ...]) -> TurnResult:
+    def _turn(self, input_text: str, new: list[int], config: DecodeConfig, stop: tuple[str, ...], kind: Segment) -> TurnResult:
         with self._lock:
             try:
-                return self._run_turn(input_text, new, config, stop)
+                return self._run_turn(input_text, new, config, stop, kind)
             except EffctxError as exc:
                 self._emit(ErrorRaised, error=type(exc).__name__, message=str(exc))
                 raise
 
-    def _run_turn(self, input_text: str, new: list[int], config: DecodeConfig, stop: tuple[str, ...]) -> TurnResult:
-        session = self.session
+    def _run_turn(self, input_text: str, new: list[int], config: DecodeConfig, stop: tuple[str, ...], kind: Segment) -> TurnResult:
+        session, tracker = self.session, self.residency
         self._cancel.clear()
         self._turns += 1
         turn = self._turns
         n_ctx = session.info.n_ctx
-        room = n_ctx - len(self._tape) - len(new)
-        if room < 0:
-            raise ContextOverflowError("prefill", len(self._tape), len(new), n_ctx)
-        config = DecodeConfig(
-            max_tokens=min(config.max_tokens, room),
-            temperature=config.temperature,
-            top_p=config.top_p,
-            seed=config.seed,
-        )
-        self._emit(TurnStarted, turn=turn, input_text=input_text, prefix_tokens=len(self._tape), suffix_tokens=len(new))
+        cached = tracker.resident_tokens(self._tape)
+        if tracker.evicts:
+            config = replace(config, slide=True, stop=())
+        else:
+            room = n_ctx - len(cached) - len(new)
+            if room < 0:
+                raise ContextOverflowError("prefill", len(cached), len(new), n_ctx)
+            config = replace(config, max_tokens=min(config.max_tokens, room), stop=())
+        self._emit(TurnStarted, turn=turn, input_text=input_text, prefix_tokens=len(cached), suffix_tokens=len(new))
+        evicted_before = tracker.report().evicted_tokens + tracker.report().cold_tokens
         t_start = time.perf_counter_ns()
-        prefix = session.ensure_prefix(self._tape, self._progress(turn, 0))
+        prefix = session.ensure_prefix(cached, self._progress(turn, 0))
         self._emit(
             PrefixChecked, turn=turn, reused=prefix.reused, prefilled=prefix.prefilled,
             dropped=prefix.dropped, resident=prefix.resident, reason=prefix.reason,
         )
-        suffix = session.prefill_suffix(new, self._progress(turn, prefix.resident))
-        self._tape = list(session.tokens)
+        suffix_prefilled = self._prefill(new, kind, turn, prefix.resident)
         t_prefilled = time.perf_counter_ns()
 
         pieces: list[str] = []
@@ -194,9 +230,17 @@ class SessionEngine:
                         stop_reason = "eog"
                         break
                     generated.append(chunk.token)
+                    self._tape.append(chunk.token)
                     pieces.append(chunk.text)
                     text += chunk.text
                     self._emit(TokenDecoded, turn=turn, index=chunk.index, token=chunk.token, text=chunk.text, ms=chunk.ms)
+                    if tracker.evicts:
+                        # The token is evaluated when the loop resumes the decoder:
+                        # slide the window first if it would not fit, making room for
+                        # slide_tokens at once.
+                        if tracker.plan(1) is not None:
+                            self._make_room(self.profile.residency.slide_tokens, turn, "decode")
+                        tracker.append(Segment.ASSISTANT, 1, turn)
                     cut = _stop_cut(text, stop)
                     if cut is not None:
                         stop_reason = "stop"
@@ -212,7 +256,8 @@ class SessionEngine:
             finally:
                 decoder.close()
         t_end = time.perf_counter_ns()
-        self._tape = list(session.tokens)
+        if not tracker.evicts:
+            tracker.append(Segment.ASSISTANT, len(generated), turn)
         if cut is not None:
             keep = _tokens_before(pieces, cut)
             drop = len(generated) - keep
@@ -221,11 +266,13 @@ class SessionEngine:
             # drops it, which reports it as dropped.
             if drop:
                 del self._tape[-drop:]
-        prefilled = prefix.prefilled + suffix.prefilled
+                tracker.truncate(len(self._tape))
+        prefilled = prefix.prefilled + suffix_prefilled
         prefill_ms = (t_prefilled - t_start) / 1e6
         ttft_ms = ((t_first or t_end) - t_start) / 1e6
         decode_ms = (t_end - t_first) / 1e6 if t_first else 0.0
         report = session.explain()
+        residency = tracker.report()
         result = TurnResult(
             text=text,
             stop_reason=stop_reason,
@@ -233,6 +280,7 @@ class SessionEngine:
             prefilled=prefilled,
             generated=len(generated),
             dropped=prefix.dropped,
+            evicted=residency.evicted_tokens + residency.cold_tokens - evicted_before,
             prefix_reason=prefix.reason,
             ttft_ms=ttft_ms,
             prefill_ms=prefill_ms,
@@ -245,6 +293,89 @@ class SessionEngine:
         )
         self._emit(TurnFinished, turn=turn, result=result)
         return result
+
+    def _prefill(self, new: list[int], kind: Segment, turn: int, resident: int) -> int:
+        """Prefill the new tokens; under an evicting policy in chunks, planning before each,
+        so a prompt longer than the budget streams through instead of failing."""
+        session, tracker = self.session, self.residency
+        if not tracker.evicts:
+            status = session.prefill_suffix(new, self._progress(turn, resident))
+            self._tape.extend(new)
+            tracker.append(kind, len(new), turn)
+            return status.prefilled
+        window = self.profile.residency.recent_tokens or self.profile.residency.block_size
+        step = max(1, min(self.profile.n_batch, window))
+        prefilled = 0
+        for off in range(0, len(new), step):
+            chunk = new[off : off + step]
+            self._make_room(len(chunk), turn, "prefill")
+            status = session.prefill_suffix(chunk, self._progress(turn, session.explain().resident_tokens))
+            prefilled += status.prefilled
+            self._tape.extend(chunk)
+            tracker.append(kind, len(chunk), turn)
+        if not new:
+            prefilled += session.prefill_suffix([]).prefilled
+        return prefilled
+
+    def _make_room(self, extra: int, turn: int, stage: str) -> None:
+        """Ask the policy for a plan if `extra` more tokens would break the budget, and
+        have the backend's executor carry it out."""
+        tracker = self.residency
+        planned = tracker.plan(extra)
+        if planned is None:
+            return
+        current = tracker.table()
+        demoted = tracker.demoted(planned)
+        actions = self._executor.apply(current, planned, demoted)
+        tracker.commit(planned)
+        for act in actions:
+            kind = "slide" if stage == "decode" and act.action == "evict" else act.action
+            self._emit(ResidencyAction, turn=turn, stage=stage, action=kind, start=act.start, end=act.end,
+                       pos_start=act.pos_start, pos_end=act.pos_end, ms=round(act.ms, 3))
+            if act.shift:
+                self._emit(ResidencyAction, turn=turn, stage=stage, action="shift", start=act.start, end=act.end,
+                           pos_start=act.shifted_from, pos_end=act.shifted_from + act.shift, ms=0.0)
+        self._emit(ResidencyChanged, turn=turn, report=tracker.report().to_dict())
+
+    def set_budget(self, tokens: int) -> None:
+        """Change the residency budget of the running session (the next plan uses it)."""
+        if not 0 < tokens <= self.session.info.n_ctx:
+            raise EffctxError(f"a budget must be between 1 and n_ctx {self.session.info.n_ctx}")
+        self.residency.budget = tokens
+
+    def recompute_cold(self) -> int:
+        """Bring the cold blocks back by recomputing the tape from the first of them.
+
+        Returns the tokens recomputed. The cache is cut back to the resident tokens before
+        the first cold block, and everything after it in the tape is prefilled again;
+        the policy then plans as usual, so a budget that is still too small parks again.
+        """
+        with self._lock:
+            session, tracker = self.session, self.residency
+            table = tracker.table()
+            cold = table.ranges_of(BlockClass.COLD)
+            if not cold:
+                return 0
+            first = cold[0][0]
+            cached = tracker.resident_tokens(self._tape)
+            keep = int(table.sizes[(table.start < first) & table.resident_mask()].sum())
+            runs = tracker.segments_from(first)
+            tail = self._tape[first:]
+            turn = self._turns
+            t0 = time.perf_counter_ns()
+            # Cut the cache back to what precedes the first cold block; ensure_prefix
+            # re-prefills those tokens instead if the cache cannot be cut there.
+            session.ensure_prefix(cached[:keep], self._progress(turn, 0))
+            self._tape = self._tape[:first]
+            tracker.truncate(first)
+            done = 0
+            for kind, n, seg_turn in runs:
+                self._prefill(tail[done : done + n], kind, seg_turn, session.explain().resident_tokens)
+                done += n
+            ms = (time.perf_counter_ns() - t0) / 1e6
+            self._emit(ResidencyAction, turn=turn, stage="recompute", action="recompute", start=first,
+                       end=first + len(tail), pos_start=keep, pos_end=keep + len(tail), ms=round(ms, 3))
+            return len(tail)
 
     def _progress(self, turn: int, start: int) -> Callable[[PrefillProgress], None]:
         def report(p: PrefillProgress) -> None:
@@ -273,6 +404,7 @@ class SessionEngine:
                 self._emit(ErrorRaised, error=type(exc).__name__, message=str(exc))
                 raise
             self._tape = list(snapshot.tokens)
+            self.residency.reset(Segment.OTHER, snapshot.n_tokens)
             self._emit(SnapshotRestored, tokens=snapshot.n_tokens, bytes=len(snapshot.state), ms=(time.perf_counter_ns() - t0) / 1e6)
 
     def explain(self) -> ContextReport:

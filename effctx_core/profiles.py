@@ -51,6 +51,9 @@ class ResidencyConfig:
     recent_tokens: int = 1020
     budget: int = 0  # tokens; 0 = the context size
     block_size: int = 32
+    # How many tokens one decode slide makes room for: each slide makes llama.cpp
+    # re-rotate every shifted key, so sliding a token at a time would cost that per token.
+    slide_tokens: int = 64
 
     def validate(self, where: str) -> None:
         if self.policy not in POLICIES:
@@ -60,6 +63,8 @@ class ResidencyConfig:
                 raise ProfileError(f"{where}: residency.{name} must be 0 or more")
         if self.block_size < 1:
             raise ProfileError(f"{where}: residency.block_size must be at least 1")
+        if self.slide_tokens < 1:
+            raise ProfileError(f"{where}: residency.slide_tokens must be at least 1")
         if self.policy == "none":
             return
         for name in ("sink_tokens", "recent_tokens"):
@@ -147,7 +152,7 @@ _RESIDENCY_KEYS = {f.name for f in fields(ResidencyConfig)}
 _TYPES = {
     "description": str, "backend": str, "model": str, "n_ctx": int, "n_batch": int, "threads": int,
     "kv_cache_type_k": str, "kv_cache_type_v": str, "flash_attn": bool, "swa_full": bool,
-    "policy": str, "sink_tokens": int, "recent_tokens": int, "budget": int, "block_size": int,
+    "policy": str, "sink_tokens": int, "recent_tokens": int, "budget": int, "block_size": int, "slide_tokens": int,
 }
 
 

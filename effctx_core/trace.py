@@ -87,6 +87,29 @@ class TurnFinished(Event):
 
 
 @dataclass(frozen=True)
+class ResidencyAction(Event):
+    """evict, park, slide (an evict while decoding) or shift, with the original tape range
+    and the cache positions involved (for a shift: from where, to where)."""
+
+    kind: ClassVar[str] = "residency_action"
+    turn: int
+    stage: str
+    action: str
+    start: int
+    end: int
+    pos_start: int
+    pos_end: int
+    ms: float
+
+
+@dataclass(frozen=True)
+class ResidencyChanged(Event):
+    kind: ClassVar[str] = "residency"
+    turn: int
+    report: dict
+
+
+@dataclass(frozen=True)
 class SnapshotTaken(Event):
     kind: ClassVar[str] = "snapshot"
     tokens: int

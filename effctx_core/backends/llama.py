@@ -62,6 +62,11 @@ class LlamaBackend:
     def open(self, model_path: str | Path, profile: Profile) -> "LlamaSession":
         return LlamaSession(load_model(Path(model_path)), profile, self.version())
 
+    def residency_executor(self, session: "LlamaSession"):
+        from .llama_executor import LlamaResidencyExecutor
+
+        return LlamaResidencyExecutor(session)
+
     def describe(self, model_path: str | Path, profile: Profile) -> ModelInfo:
         session = self.open(model_path, profile)
         try:
@@ -256,6 +261,27 @@ class LlamaSession:
         self._logits_ok = False
         self._logits_override = None
 
+    def remove_range(self, start: int, end: int) -> float:
+        """Take cache positions [start, end) out and shift the later ones down.
+
+        Only where the context can shift; the residency executor checks that first.
+        """
+        self._check_usable()
+        if not 0 <= start < end <= len(self._resident):
+            raise EffctxError(f"cannot remove positions [{start}, {end}) from a cache of {len(self._resident)}")
+        t0 = time.perf_counter_ns()
+        if not llama_cpp.llama_memory_seq_rm(self._mem, SEQ, start, end):
+            raise self._poison(f"llama.cpp refused to remove positions [{start}, {end})")
+        if end < len(self._resident):
+            llama_cpp.llama_memory_seq_add(self._mem, SEQ, end, -1, start - end)
+        del self._resident[start:end]
+        self._logits_ok = False
+        self._logits_override = None
+        pos_max = int(llama_cpp.llama_memory_seq_pos_max(self._mem, SEQ))
+        if pos_max != len(self._resident) - 1:
+            raise self._poison(f"after removing [{start}, {end}) the cache ends at {pos_max}, expected {len(self._resident) - 1}")
+        return _ms_since(t0)
+
     # ------------------------------------------------------------------ evaluation
 
     def _eval(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> float:
@@ -421,14 +447,16 @@ class LlamaSession:
                 room = self._n_ctx - len(self._resident)
                 if index == config.max_tokens - 1:
                     stop = "max_tokens"
-                elif room <= 1:
+                elif room <= 1 and not config.slide:
                     stop = "n_ctx"
                 else:
                     stop = None
                 piece = text.feed(token) + (text.flush() if stop else "")
                 sample_ms = _ms_since(t0)
                 yield TokenChunk(token, piece, index, sample_ms, stop)
-                if room <= 0:
+                if len(self._resident) >= self._n_ctx:
+                    if config.slide:
+                        raise ContextOverflowError("decode", len(self._resident), 1, self._n_ctx)
                     return  # no slot left to evaluate it: it stays pending
                 t1 = time.perf_counter_ns()
                 self._eval([token], "decode", None)

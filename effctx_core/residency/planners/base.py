@@ -34,7 +34,9 @@ def mark_windows(table: BlockTable, sink_tokens: int, recent_tokens: int) -> tup
     n = out.n_tokens
     gone = out.cls >= BlockClass.COLD
     sink = (out.start < sink_tokens) & ~gone
-    recent = (out.end > n - recent_tokens) & ~gone & ~sink if recent_tokens else np.zeros(len(out), bool)
+    # Whole blocks only: a block straddling the window's edge stays out of it, so the
+    # windows never hold more tokens than they are given.
+    recent = (out.start >= n - recent_tokens) & ~gone & ~sink if recent_tokens else np.zeros(len(out), bool)
     pinned = ((out.flags & BlockFlag.PINNED) != 0) & ~gone & ~sink & ~recent
     out.flags &= np.uint8(~(BlockFlag.SINK | BlockFlag.RECENT) & 0xFF)
     out.flags[sink] |= np.uint8(BlockFlag.SINK)

@@ -1,0 +1,71 @@
+"""Applies a residency plan to a llama.cpp session with its real primitives.
+
+Removing a middle range is `llama_memory_seq_rm` on its current positions followed by
+`llama_memory_seq_add` shifting every later position down, which llama.cpp allows only
+when `llama_memory_can_shift` is true (for Gemma 3: with swa_full). Ranges are removed
+from the end of the cache backwards, so the positions of the ranges still to remove do
+not move. Everything reported here was done and is therefore `observed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..contract import UnsupportedFeatureError
+from ..residency import BlockClass, BlockTable
+from .llama import LlamaSession
+
+
+@dataclass(frozen=True)
+class RangeAction:
+    """One removal: original tape range, where it sat in the cache, what it became."""
+
+    action: str  # "evict" (gone) or "park" (cold: recoverable by recompute)
+    start: int
+    end: int
+    pos_start: int
+    pos_end: int
+    shifted_from: int  # first cache position moved down by the removal
+    shift: int  # how far (negative)
+    ms: float
+
+
+class LlamaResidencyExecutor:
+    def __init__(self, session: LlamaSession):
+        self.session = session
+
+    def check_supported(self, policy: str) -> None:
+        caps = self.session.info.capabilities
+        if policy != "none" and not caps.position_shift:
+            raise UnsupportedFeatureError(
+                f"the {policy} policy removes middle ranges and shifts later positions, "
+                f"which this context cannot do: {caps.reasons['position_shift']}"
+            )
+
+    def apply(self, current: BlockTable, planned: BlockTable, demoted: np.ndarray) -> list[RangeAction]:
+        """Remove the demoted blocks (resident in `current`, not in `planned`)."""
+        if not len(demoted):
+            return []
+        # contiguous runs of demoted blocks that are adjacent in the cache
+        breaks = np.flatnonzero(np.diff(demoted) != 1) + 1
+        runs = np.split(demoted, breaks)
+        actions = []
+        for run in reversed(runs):
+            first, last = int(run[0]), int(run[-1])
+            pos_start = int(current.position[first])
+            pos_end = int(current.position[last] + current.sizes[last])
+            ms = self.session.remove_range(pos_start, pos_end)
+            cold = planned.cls[first] == BlockClass.COLD
+            actions.append(RangeAction(
+                action="park" if cold else "evict",
+                start=int(current.start[first]),
+                end=int(current.end[last]),
+                pos_start=pos_start,
+                pos_end=pos_end,
+                shifted_from=pos_end,
+                shift=pos_start - pos_end,
+                ms=ms,
+            ))
+        return actions
