@@ -1,0 +1,184 @@
+"""The residency screen: the whole tape by class, one block inspected, the evicted ranges.
+
+Live updates arrive through `update_table`, often (every prefill chunk, every decoded
+token), so it does no per-block Python work and rebuilds the evicted list only when the
+ranges changed.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header, OptionList, Static
+from textual.widgets.option_list import Option
+
+from effctx_core.residency.blocks import BlockClass, BlockTable
+from effctx_core.residency.report import MODELED, ResidencyReport
+
+from ..widgets.block_inspector import BlockInspector, token_span
+from ..widgets.residency_tape import Zoom
+from ..widgets.residency_view import ResidencyView
+
+
+def legend_counts(report: ResidencyReport) -> list[tuple[BlockClass, int]]:
+    return [
+        (BlockClass.SINK, report.sink_tokens),
+        (BlockClass.RECENT, report.recent_tokens),
+        (BlockClass.HOT, report.hot_tokens),
+        (BlockClass.COLD, report.cold_tokens),
+        (BlockClass.EVICTED, report.evicted_tokens),
+    ]
+
+
+def legend_summary(report: ResidencyReport) -> Text:
+    text = Text(f"{report.n_tokens:,} tokens · resident {report.resident_tokens:,}")
+    if report.budget is not None:
+        text.append(f" / budget {report.budget:,}")
+        if report.over_budget:
+            text.append(" (over budget)", style="bold red")
+    text.append(f" · policy {report.policy} · ")
+    # observed vs modeled is the trust level of every number on this screen
+    text.append(report.source, style="bold")
+    return text
+
+
+def range_label(start: int, end: int) -> str:
+    return f"{token_span(start, end)} ({end - start:,} tokens)"
+
+
+class ResidencyScreen(Screen):
+    BINDINGS = [Binding("escape", "back", "Back")]
+
+    DEFAULT_CSS = """
+    ResidencyScreen {
+        #residency-legend {
+            height: 2;
+            padding: 0 1;
+            background: $panel;
+        }
+        #residency-body { height: 1fr; }
+        ResidencyView {
+            width: 1fr;
+            height: 1fr;
+            border: round $panel-lighten-2;
+            border-title-color: $foreground;
+            &:focus { border: round $accent; }
+        }
+        #residency-side { width: 38; }
+        BlockInspector {
+            height: auto;
+            padding: 0 1;
+            border: round $panel-lighten-2;
+        }
+        #evicted-ranges {
+            height: 1fr;
+            border: round $panel-lighten-2;
+            &:focus { border: round $accent; }
+        }
+    }
+    """
+
+    def __init__(
+        self,
+        table: BlockTable,
+        policy: str,
+        *,
+        source: str = MODELED,
+        budget: int | None = None,
+        zoom: Zoom = Zoom.BLOCK,
+    ) -> None:
+        super().__init__()
+        self._table = table
+        self._zoom = zoom
+        self._report = ResidencyReport.from_table(table, policy, source, budget)
+        self._shown_ranges: tuple[tuple[int, int], ...] | None = None
+        self.title = "Residency"
+        self.sub_title = f"policy {policy}"
+
+    @property
+    def report(self) -> ResidencyReport:
+        return self._report
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        yield Static(id="residency-legend")
+        with Horizontal(id="residency-body"):
+            yield ResidencyView(self._table, zoom=self._zoom, id="residency-view")
+            with Vertical(id="residency-side"):
+                yield BlockInspector(id="inspector")
+                yield OptionList(id="evicted-ranges")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        view = self.query_one(ResidencyView)
+        if view.table is not self._table:  # updated between compose and mount
+            view.set_table(self._table)
+        self.query_one(BlockInspector).border_title = "Block"
+        self.watch(view, "zoom", self._show_zoom)
+        self._show(self._table, self._report)
+        view.focus()
+
+    def update_table(self, table: BlockTable, report: ResidencyReport) -> None:
+        """A live update: the new table and what the executor (or the model) says of it."""
+        self._table = table
+        self._report = report
+        self.sub_title = f"policy {report.policy}"
+        if not self.is_mounted:
+            return  # an update before the first paint: compose and on_mount use it
+        self.query_one(ResidencyView).set_table(table)
+        self._show(table, report)
+
+    # ------------------------------------------------------------------ painting
+
+    def _show(self, table: BlockTable, report: ResidencyReport) -> None:
+        view = self.query_one(ResidencyView)
+        self.query_one("#residency-legend", Static).update(self._legend(view, report))
+        self.query_one(BlockInspector).show(view.cursor_block, len(table))
+        if report.evicted_ranges != self._shown_ranges:
+            self._show_evicted(report)
+
+    def _legend(self, view: ResidencyView, report: ResidencyReport) -> Text:
+        text = Text()
+        for cls, tokens in legend_counts(report):
+            if text:
+                text.append("   ")
+            # the swatch is the view's own component style, so a restyled theme shows here too
+            text.append("  ", style=view.get_component_rich_style(f"residency-view--{cls.label}"))
+            text.append(f" {cls.label} {tokens:,}")
+        text.append("\n")
+        return text + legend_summary(report)
+
+    def _show_evicted(self, report: ResidencyReport) -> None:
+        ranges = report.evicted_ranges
+        self._shown_ranges = ranges
+        options = self.query_one("#evicted-ranges", OptionList)
+        total = sum(end - start for start, end in ranges)
+        options.border_title = f"Evicted ranges · {len(ranges)} ({total:,} tokens)"
+        if ranges:
+            options.set_options(range_label(start, end) for start, end in ranges)
+            options.highlighted = 0  # Tab then Enter jumps to the first range
+        else:
+            options.set_options([Option("nothing evicted", disabled=True)])
+
+    def _show_zoom(self, zoom: Zoom) -> None:
+        self.query_one(ResidencyView).border_title = f"Tape · {zoom.caption}"
+
+    # ------------------------------------------------------------------ events
+
+    @on(ResidencyView.BlockSelected)
+    def _inspect(self, event: ResidencyView.BlockSelected) -> None:
+        self.query_one(BlockInspector).show(event.block, len(self._table))
+
+    @on(OptionList.OptionSelected, "#evicted-ranges")
+    def _jump_to_range(self, event: OptionList.OptionSelected) -> None:
+        start, _ = self._shown_ranges[event.option_index]
+        view = self.query_one(ResidencyView)
+        view.move_cursor_to_token(start)
+        view.focus()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
