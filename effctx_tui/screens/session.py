@@ -10,10 +10,12 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
 from effctx_core.contract import DecodeConfig, EffctxError, TurnResult
+from effctx_core.residency import OBSERVED
 from effctx_core.trace import (
     ErrorRaised,
     ModelProgress,
     PrefillChunk,
+    ResidencyChanged,
     SessionOpened,
     TokenDecoded,
     TurnFinished,
@@ -21,7 +23,9 @@ from effctx_core.trace import (
 )
 
 from ..messages import EngineEvent, EngineFailed, EngineReady, TurnDone
+from ..widgets.residency_strip import ResidencyStrip
 from ..widgets.status_line import StatusLine
+from .residency import ResidencyScreen
 from ..widgets.transcript import Transcript
 
 # Prefills shorter than this finish before a progress bar would be readable.
@@ -32,6 +36,7 @@ class SessionScreen(Screen):
     BINDINGS = [
         Binding("escape", "stop", "Stop reply"),
         Binding("ctrl+n", "new_conversation", "New conversation"),
+        Binding("ctrl+r", "residency", "Residency"),
         Binding("ctrl+q", "app.quit", "Quit"),
     ]
 
@@ -42,6 +47,7 @@ class SessionScreen(Screen):
         self.ready = False
         self.turns_done = 0
         self.last_result: TurnResult | None = None
+        self._residency_screen: ResidencyScreen | None = None
         self._n_ctx = 0
         self._resident = 0
 
@@ -51,6 +57,7 @@ class SessionScreen(Screen):
         with Horizontal(id="progress-row"):
             yield Label("", id="progress-label")
             yield ProgressBar(id="progress", show_eta=False)
+        yield ResidencyStrip(id="residency-strip")
         yield StatusLine(id="status")
         yield Input(placeholder="Loading the model…", id="prompt")
         yield Footer()
@@ -89,8 +96,32 @@ class SessionScreen(Screen):
         self.query_one(Transcript).add_error(message.message)
         self.query_one(StatusLine).show_loading(f"error: {message.message}")
 
+    def _refresh_residency(self) -> None:
+        """Show the engine's current residency in the strip and, if open, the residency screen."""
+        engine = self.app.engine
+        if engine is None:
+            return
+        table = engine.residency.table()
+        self.query_one(ResidencyStrip).set_table(table)
+        if self._residency_screen is not None and self._residency_screen.is_attached:
+            self._residency_screen.update_table(table, engine.residency_report())
+
+    def action_residency(self) -> None:
+        engine = self.app.engine
+        if not self.ready or engine is None:
+            return
+        tracker = engine.residency
+        self._residency_screen = ResidencyScreen(
+            tracker.table(), tracker.policy, source=OBSERVED, budget=tracker.budget
+        )
+        self.app.push_screen(self._residency_screen)
+
     def on_engine_event(self, message: EngineEvent) -> None:
         event = message.event
+        if isinstance(event, (PrefillChunk, ResidencyChanged, TurnFinished)) or (
+            isinstance(event, TokenDecoded) and event.index % 16 == 0
+        ):
+            self._refresh_residency()
         status = self.query_one(StatusLine)
         transcript = self.query_one(Transcript)
         if isinstance(event, ModelProgress):

@@ -89,3 +89,35 @@ async def test_ctrl_n_starts_a_new_conversation(default_model):
         await pilot.press(*"Hi again", "enter")
         await wait_for(pilot, lambda: screen.turns_done == 2)
         assert "reused 0" in status_text(screen) and "dropped" in status_text(screen)
+
+
+async def test_the_residency_strip_and_screen_follow_a_streaming_session(default_model):
+    from effctx_core.profiles import ResidencyConfig, load_profile
+    from effctx_core.residency import BlockClass
+    from effctx_tui.screens.residency import ResidencyScreen
+    from effctx_tui.widgets.residency_strip import ResidencyStrip
+    from textual.widgets import OptionList
+
+    profile = load_profile("streaming").with_changes(
+        n_ctx=512, residency=ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=380, budget=384, block_size=4)
+    )
+    app = EffctxApp(profile=profile, max_tokens=2)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        screen.query_one(Input).value = "The grass is green. " * 150
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.turns_done == 1)
+        report = app.engine.residency_report()
+        assert report.evicted_tokens > 0
+        strip = screen.query_one(ResidencyStrip)
+        assert strip.cell_classes()[-1] is BlockClass.RECENT
+        assert BlockClass.EVICTED in strip.cell_classes()
+        await pilot.press("ctrl+r")
+        residency = app.screen
+        assert isinstance(residency, ResidencyScreen)
+        ranges = residency.query_one("#evicted-ranges", OptionList)
+        assert ranges.option_count == len(report.evicted_ranges) == 1
+        assert residency.report == report
+        await pilot.press("escape")
+        assert app.screen is screen
