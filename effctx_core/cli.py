@@ -54,6 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
     overhead.add_argument("--rounds", type=int, default=6, metavar="N")
     overhead.add_argument("--json", action="store_true")
 
+    smoke = sub.add_parser("smoke", help="quality smokes")
+    smoke_sub = smoke.add_subparsers(dest="smoke", required=True)
+    passkey = smoke_sub.add_parser("passkey", help="find a 5-digit key hidden in filler")
+    add_runtime_options(passkey)
+    passkey.add_argument("--lengths", default="512,2048,4000", metavar="N,N,…", help="prompt lengths in tokens")
+    passkey.add_argument("--depths", default="0.1,0.5,0.9", metavar="D,D,…", help="needle depths, 0 (start) to 1 (end)")
+    passkey.add_argument("--seeds", type=int, default=1, metavar="N", help="keys per length and depth")
+    passkey.add_argument("--json", action="store_true")
+
     profiles = sub.add_parser("profiles", help="list runtime profiles, or show one")
     profiles.add_argument("name", nargs="?", metavar="NAME|PATH", help="show this profile, resolved")
     profiles.add_argument("--json", action="store_true")
@@ -288,6 +297,52 @@ def cmd_bench_planner(args: argparse.Namespace) -> int:
     return 0
 
 
+def _number_list(text: str, kind, name: str, low: float, high: float) -> list:
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise EffctxError(f"{name} must be a comma-separated list of numbers, not {text!r}") from None
+    if not values or any(not low <= v <= high for v in values):
+        raise EffctxError(f"{name} must hold numbers from {low} to {high}, not {text!r}")
+    return values
+
+
+def cmd_smoke(args: argparse.Namespace) -> int:
+    from .bench.smoke import run_passkey
+    from .engine import SessionEngine
+
+    lengths = _number_list(args.lengths, int, "--lengths", 64, 1_000_000)
+    depths = _number_list(args.depths, float, "--depths", 0.0, 1.0)
+    if args.seeds < 1:
+        raise EffctxError("--seeds must be at least 1")
+    profile = profile_from_args(args)
+    engine = SessionEngine(model_from_args(args, profile), profile)
+
+    def show(trial) -> None:
+        if not args.json:
+            mark = "ok  " if trial.correct else "FAIL"
+            print(f"{mark} length {trial.length:>6}  depth {trial.depth:.2f}  key {trial.key}  "
+                  f"answer {trial.answer[:28]!r:32} {trial.verdict}", flush=True)
+
+    try:
+        engine.open()
+        trials = run_passkey(engine, lengths, depths, args.seeds, progress=show)
+        policy = engine.residency.policy
+    finally:
+        engine.close()
+    found = sum(t.correct for t in trials)
+    if args.json:
+        print(json.dumps({
+            "profile": profile.name, "policy": policy, "found": found, "trials_run": len(trials),
+            "trials": [t.to_dict() for t in trials],
+        }, indent=2))
+    else:
+        strict = sum(t.strict for t in trials)
+        print(f"found {found}/{len(trials)} (strict: answer starts with the key {strict}/{len(trials)}); "
+              f"profile {profile.name}, policy {policy}")
+    return 0
+
+
 def profile_dict(profile: Profile) -> dict:
     data = asdict(profile)
     data["n_threads"] = profile.n_threads
@@ -331,7 +386,10 @@ def cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"info": cmd_info, "run": cmd_run, "bench": cmd_bench, "profiles": cmd_profiles, "model": cmd_model}
+COMMANDS = {
+    "info": cmd_info, "run": cmd_run, "bench": cmd_bench, "smoke": cmd_smoke,
+    "profiles": cmd_profiles, "model": cmd_model,
+}
 
 
 def run_command(argv: Sequence[str]) -> int:
