@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.add_argument("name", nargs="?", metavar="NAME|PATH", help="show this profile, resolved")
     profiles.add_argument("--json", action="store_true")
 
+    # Drawn with Textual, so effctx_tui's entry point runs it; listed here for --help.
+    bench_sub.add_parser("residency", help="time a redraw of the residency view on a 128k-token tape")
     planner = bench_sub.add_parser("planner", help="time each residency policy on a long tape")
     planner.add_argument("--tokens", type=int, default=1_000_000, metavar="N")
     planner.add_argument("--block-size", type=int, default=32, metavar="N")
@@ -267,6 +269,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "planner":
         return cmd_bench_planner(args)
+    if args.bench == "residency":
+        raise EffctxError("bench residency draws with Textual: run it as `effctx bench residency`")
     from .bench.overhead import run_overhead
 
     profile = profile_from_args(args)
