@@ -27,6 +27,16 @@ class Planner(Protocol):
     def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable: ...
 
 
+class WindowedPlanner:
+    """A policy that protects attention-sink tokens and a recent window."""
+
+    name = "windowed"
+
+    def __init__(self, sink_tokens: int, recent_tokens: int):
+        self.sink_tokens = sink_tokens
+        self.recent_tokens = recent_tokens
+
+
 def mark_windows(table: BlockTable, sink_tokens: int, recent_tokens: int) -> tuple[BlockTable, np.ndarray]:
     """A copy with sink, recent and pinned blocks marked; returns it and the mask of the
     blocks still open to the policy (not protected, not already gone)."""

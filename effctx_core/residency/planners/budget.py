@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..blocks import BlockClass, BlockTable, Reason, Segment
-from .base import PlannerCaps, ascending_order, float_key, mark_windows, protected_tokens
+from .base import PlannerCaps, WindowedPlanner, ascending_order, float_key, mark_windows, protected_tokens
 
 # Lower ranks are parked first.
 EVICTION_RANK = np.zeros(len(Segment), dtype=np.int64)
@@ -20,12 +20,8 @@ for rank, seg in enumerate((Segment.OTHER, Segment.TOOL, Segment.ASSISTANT, Segm
     EVICTION_RANK[seg] = rank
 
 
-class BudgetPlanner:
+class BudgetPlanner(WindowedPlanner):
     name = "budget"
-
-    def __init__(self, sink_tokens: int, recent_tokens: int):
-        self.sink_tokens = sink_tokens
-        self.recent_tokens = recent_tokens
 
     def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable:
         out, open_ = mark_windows(table, self.sink_tokens, self.recent_tokens)

@@ -9,15 +9,11 @@ import numpy as np
 
 from ...contract import UnsupportedFeatureError
 from ..blocks import BlockClass, BlockTable, Reason
-from .base import PlannerCaps, ascending_order, float_key, mark_windows, protected_tokens
+from .base import PlannerCaps, WindowedPlanner, ascending_order, float_key, mark_windows, protected_tokens
 
 
-class ScoredPlanner:
+class ScoredPlanner(WindowedPlanner):
     name = "scored"
-
-    def __init__(self, sink_tokens: int, recent_tokens: int):
-        self.sink_tokens = sink_tokens
-        self.recent_tokens = recent_tokens
 
     def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable:
         if not caps.attention_scores:

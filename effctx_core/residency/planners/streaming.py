@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from ..blocks import BlockClass, BlockTable, Reason
-from .base import PlannerCaps, mark_windows
+from .base import PlannerCaps, WindowedPlanner, mark_windows
 
 
-class StreamingPlanner:
+class StreamingPlanner(WindowedPlanner):
     name = "streaming"
-
-    def __init__(self, sink_tokens: int, recent_tokens: int):
-        self.sink_tokens = sink_tokens
-        self.recent_tokens = recent_tokens
 
     def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable:
         out, open_ = mark_windows(table, self.sink_tokens, self.recent_tokens)
