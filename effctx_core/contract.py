@@ -282,3 +282,15 @@ class Backend(Protocol):
 
     def open(self, model_path: str, profile: Profile) -> Session: ...
 
+    def residency_executor(self, session: Session) -> "ResidencyExecutor": ...
+
+
+class ResidencyExecutor(Protocol):
+    """Carries out residency plans on one session with the backend's own primitives."""
+
+    def check_supported(self, policy: str) -> None:
+        """Raise UnsupportedFeatureError if this session cannot carry out the policy."""
+        ...
+
+    def apply(self, current, planned, demoted) -> list: ...
+

@@ -204,7 +204,8 @@ class SessionEngine:
                 raise ContextOverflowError("prefill", len(cached), len(new), n_ctx)
             config = replace(config, max_tokens=min(config.max_tokens, room), stop=())
         self._emit(TurnStarted, turn=turn, input_text=input_text, prefix_tokens=len(cached), suffix_tokens=len(new))
-        evicted_before = tracker.report().evicted_tokens + tracker.report().cold_tokens
+        before = tracker.report()
+        evicted_before = before.evicted_tokens + before.cold_tokens
         t_start = time.perf_counter_ns()
         prefix = session.ensure_prefix(cached, self._progress(turn, 0))
         self._emit(

@@ -64,6 +64,7 @@ def run_passkey(
                 engine.reset()
                 result = engine.complete(task.text, DecodeConfig(max_tokens=ANSWER_TOKENS))
                 answer = result.text.strip()
+                report = engine.residency_report()
                 trial = PasskeyTrial(
                     length=length,
                     depth=depth,
@@ -76,7 +77,7 @@ def run_passkey(
                     correct=task.key in answer,
                     strict=answer.startswith(task.key),
                     needle_resident=engine.residency.is_resident(start, end),
-                    evicted_tokens=engine.residency_report().evicted_tokens + engine.residency_report().cold_tokens,
+                    evicted_tokens=report.evicted_tokens + report.cold_tokens,
                     ttft_ms=result.ttft_ms,
                 )
                 trials.append(trial)
