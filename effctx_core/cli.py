@@ -29,8 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     model_options = add_runtime_options
 
-    info = sub.add_parser("info", help="model facts, digest, capabilities and context limits")
+    info = sub.add_parser("info", help="model facts, digest, capabilities, context limits and KV capacity")
     model_options(info)
+    info.add_argument("--memory", default="2GiB", metavar="SIZE",
+                      help="memory budget for the KV capacity table, e.g. 512MiB, 2GiB (default 2GiB)")
     info.add_argument("--json", action="store_true")
 
     run = sub.add_parser("run", help="complete one prompt and report timings and token accounting")
@@ -172,11 +174,26 @@ def info_dict(info: ModelInfo) -> dict:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from .backends.registry import get_backend
+    from .capacity import LayerKVProfile, capacity_table, format_bytes, layer_profile_dict, parse_memory
 
+    memory = parse_memory(args.memory)
     profile = profile_from_args(args)
     info = get_backend(profile.backend).describe(model_from_args(args, profile), profile)
     data = info_dict(info)
     data["profile"] = profile_dict(profile)
+    layers = LayerKVProfile.from_facts(info.facts, profile.kv_cache_type_k, profile.kv_cache_type_v)
+    data["layer_profile"] = {
+        **layer_profile_dict(layers),
+        "cache_bytes": layers.cache_bytes(info.n_ctx, profile.n_batch, profile.swa_full).total,
+        "n_ctx": info.n_ctx,
+        "swa_full": profile.swa_full,
+    }
+    data["capacity"] = {
+        "memory_bytes": memory,
+        "swa_full": profile.swa_full,
+        "n_ctx_limit": None,
+        "rows": capacity_table(info.facts, memory, None, profile.swa_full, profile.n_batch),
+    }
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -205,6 +222,20 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("context limits")
     for lim in data["limits"]:
         print(f"  {lim['name']:10} {lim['tokens']:>7} tokens  {lim['reason']}")
+    lp = data["layer_profile"]
+    print(f"KV cache     {profile.kv_cache_type_k}/{profile.kv_cache_type_v}: K {lp['k_bytes_per_token_layer']} + "
+          f"V {lp['v_bytes_per_token_layer']} B per token per layer; {len(lp['global_layers'])} global + "
+          f"{len(lp['swa_layers'])} windowed layers; {format_bytes(lp['cache_bytes'])} allocated at n_ctx {lp['n_ctx']}"
+          f"{'' if profile.swa_full else ' (windowed layers capped)'}")
+    print(f"capacity for {format_bytes(memory)} (swa_full {'on' if profile.swa_full else 'off'}; "
+          "every K/V pair is in --json)")
+    print(f"  {'K/V':14}{'B/token':>10}{'max hot tokens':>16}  bound by")
+    for row in data["capacity"]["rows"]:
+        if row["kv_cache_type_k"] != row["kv_cache_type_v"]:
+            continue
+        pair = f"{row['kv_cache_type_k']}/{row['kv_cache_type_v']}" + ("*" if row["needs_flash_attn"] else "")
+        print(f"  {pair:14}{row['bytes_per_token'] or 0:>10.0f}{row['max_hot_tokens']:>16}  {row['reason']}")
+    print("  * needs flash attention")
     return 0
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import platformdirs
 
+from .capacity import PLAIN_V_TYPES
 from .contract import EffctxError
 
 # ggml type ids of the cache element types llama.cpp accepts for K and V.
@@ -28,7 +29,6 @@ KV_CACHE_TYPES: dict[str, int] = {
     "iq4_nl": 20,
     "bf16": 30,
 }
-UNQUANTIZED = ("f32", "f16", "bf16")
 POLICIES = ("none", "streaming", "budget", "scored")
 BACKENDS = ("llama",)
 DEFAULT_PROFILE_NAME = "exact"
@@ -111,7 +111,7 @@ class Profile:
             raise ProfileError(f"{where}: n_batch {self.n_batch} must be positive")
         if self.threads < 0:
             raise ProfileError(f"{where}: threads must be 0 (all free cores) or more")
-        if self.kv_cache_type_v not in UNQUANTIZED and not self.flash_attn:
+        if self.kv_cache_type_v not in PLAIN_V_TYPES and not self.flash_attn:
             raise ProfileError(
                 f"{where}: V cache type {self.kv_cache_type_v} needs flash_attn = true "
                 "(llama.cpp cannot create a context with a quantized V cache without it)"

@@ -104,3 +104,15 @@ def test_bench_overhead_reports_both_ratios(default_model):
     (raw,), (eng,) = data["raw"]["per_round"], data["engine"]["per_round"]
     assert data["prefill_ratio"] == pytest.approx(eng["prefill_tps"] / raw["prefill_tps"], rel=1e-3)
     assert data["decode_ratio"] == pytest.approx(eng["decode_tps"] / raw["decode_tps"], rel=1e-3)
+
+
+def test_info_json_has_the_layer_profile_and_a_capacity_table(default_model):
+    out = effctx("info", "--json", "--memory", "512MiB")
+    data = json.loads(out.stdout)
+    layers = data["layer_profile"]
+    assert (layers["global_layers"], layers["window"], layers["bytes_per_token_all_layers"]) == ([5, 11, 17], 512, 18432)
+    assert layers["cache_bytes"] == 18432 * 4096
+    rows = {(r["kv_cache_type_k"], r["kv_cache_type_v"]): r for r in data["capacity"]["rows"]}
+    assert data["capacity"]["memory_bytes"] == 512 << 20
+    assert rows[("f16", "f16")]["max_hot_tokens"] == 28928 and rows[("f16", "f16")]["binding"] == "memory"
+    assert rows[("q8_0", "q8_0")]["needs_flash_attn"] and rows[("q8_0", "q8_0")]["binding"] == "model"
