@@ -167,6 +167,14 @@ class BlockTable:
         z = np.zeros(0)
         return cls(z, z, z, z, z, z, z, z, z)
 
+    def planned_copy(self) -> "BlockTable":
+        """A copy whose plan columns (class, flags, reason) can change; the tape columns are
+        shared, read-only, which saves most of a plan's copying on a long tape."""
+        return BlockTable(
+            self.start, self.end, self.position, self.cls.copy(), self.flags.copy(),
+            self.segment, self.last_use, self.score, self.reason.copy(),
+        )
+
     def copy(self) -> "BlockTable":
         return BlockTable(
             self.start.copy(), self.end.copy(), self.position.copy(), self.cls.copy(), self.flags.copy(),

@@ -40,7 +40,7 @@ class WindowedPlanner:
 def mark_windows(table: BlockTable, sink_tokens: int, recent_tokens: int) -> tuple[BlockTable, np.ndarray]:
     """A copy with sink, recent and pinned blocks marked; returns it and the mask of the
     blocks still open to the policy (not protected, not already gone)."""
-    out = table.copy()
+    out = table.planned_copy()
     n = out.n_tokens
     gone = out.cls >= BlockClass.COLD
     sink = (out.start < sink_tokens) & ~gone
@@ -66,12 +66,12 @@ def protected_tokens(table: BlockTable, open_: np.ndarray) -> int:
     return int(table.sizes[resident & ~open_].sum())
 
 
-def ascending_order(idx: np.ndarray, *keys: tuple[np.ndarray, int]) -> np.ndarray:
-    """Positions into `idx` sorted by the keys (first key first), ties by block index.
+def sort_keys(idx: np.ndarray, *keys: tuple[np.ndarray, int]) -> np.ndarray:
+    """One unique int64 per block: the keys (first key first), ties by block index.
 
-    Each key is (non-negative integer array, bits it needs). They are packed with the
-    24-bit block index into one unique int64 per block, so a plain quicksort gives a
-    deterministic order, several times faster than lexsort on tens of thousands of blocks.
+    Each key is (non-negative integer array, bits it needs), packed above the 24-bit block
+    index, so a plain quicksort or partition gives a deterministic order, several times
+    faster than lexsort on tens of thousands of blocks.
     """
     packed = idx.astype(np.int64)
     shift = 24
@@ -79,7 +79,49 @@ def ascending_order(idx: np.ndarray, *keys: tuple[np.ndarray, int]) -> np.ndarra
         packed |= np.clip(key, 0, (1 << bits) - 1).astype(np.int64) << shift
         shift += bits
     assert shift <= 63, "sort keys do not fit one int64"
-    return np.argsort(packed)
+    return packed
+
+
+def fewest_reaching(keys: np.ndarray, sizes: np.ndarray, target: int) -> np.ndarray:
+    """Positions of the fewest smallest-key entries whose sizes add up to `target`,
+    in key order.
+
+    A partition finds the k smallest in linear time; only those are sorted. k starts at
+    the least count that could do (every entry as large as the largest) and doubles, so
+    a plan that parks a few blocks of a million-token tape never sorts all of them.
+    """
+    n = len(keys)
+    k = min(n, max(1, -(-target // max(1, int(sizes.max())))))
+    while True:
+        if k >= n:
+            order = np.argsort(keys)
+        else:
+            part = np.argpartition(keys, k - 1)[:k]
+            order = part[np.argsort(keys[part])]
+        total = np.cumsum(sizes[order])
+        if total[-1] >= target or k >= n:
+            return order[: int(np.searchsorted(total, target)) + 1]
+        k = min(n, 2 * k)
+
+
+def split_lowest(keys: np.ndarray, sizes: np.ndarray, over: int, room: int) -> tuple[np.ndarray, np.ndarray]:
+    """(victims, keepers) as masks: the lowest-key entries that free at least `over`
+    tokens, and the rest, whose sizes then fit `room`. Works from whichever end is shorter."""
+    victims = np.zeros(len(keys), dtype=bool)
+    if over <= len(sizes) and over * 2 <= int(sizes.sum()):
+        victims[fewest_reaching(keys, sizes, over)] = True
+    else:
+        # Most entries go: find the keepers instead, the highest keys that fit the room.
+        victims[:] = True
+        if room > 0:
+            kept = fewest_reaching(-keys, sizes, room + 1)[:-1]
+            victims[kept] = False
+    return victims, ~victims
+
+
+def ascending_order(idx: np.ndarray, *keys: tuple[np.ndarray, int]) -> np.ndarray:
+    """Positions into `idx` sorted by the keys (first key first), ties by block index."""
+    return np.argsort(sort_keys(idx, *keys))
 
 
 def float_key(values: np.ndarray) -> np.ndarray:

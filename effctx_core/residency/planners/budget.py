@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..blocks import BlockClass, BlockTable, Reason, Segment
-from .base import PlannerCaps, WindowedPlanner, ascending_order, float_key, mark_windows, protected_tokens
+from .base import PlannerCaps, WindowedPlanner, float_key, mark_windows, protected_tokens, sort_keys, split_lowest
 
 # Lower ranks are parked first.
 EVICTION_RANK = np.zeros(len(Segment), dtype=np.int64)
@@ -36,15 +36,14 @@ class BudgetPlanner(WindowedPlanner):
         seg_rank = EVICTION_RANK[out.segment[idx]]
         scored = caps.attention_scores and not np.isnan(out.score[idx]).all()
         if scored:
-            order = ascending_order(idx, (seg_rank, 3), (float_key(out.score[idx]), 32))
+            keys = sort_keys(idx, (seg_rank, 3), (float_key(out.score[idx]), 32))
         else:
-            order = ascending_order(idx, (seg_rank, 3), (out.last_use[idx], 32))
-        evict_count = int(np.searchsorted(np.cumsum(sizes[order]), over)) + 1
-        victims = idx[order[:evict_count]]
+            keys = sort_keys(idx, (seg_rank, 3), (out.last_use[idx], 32))
+        victim_mask, keeper_mask = split_lowest(keys, sizes, over, max(room, 0))
+        victims, keepers = idx[victim_mask], idx[keeper_mask]
         out.cls[victims] = BlockClass.COLD
         # A victim of a segment kind that no keeper has went for its kind; the others
         # lost on the next key.
-        keepers = idx[order[evict_count:]]
         floor = EVICTION_RANK[out.segment[keepers]].min() if len(keepers) else len(Segment)
         tie_reason = Reason.EVICTED_SCORE if scored else Reason.EVICTED_LRU
         out.reason[victims] = np.where(EVICTION_RANK[out.segment[victims]] < floor, Reason.EVICTED_SEGMENT, tie_reason)

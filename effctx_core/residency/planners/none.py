@@ -10,7 +10,7 @@ class NonePlanner:
     name = "none"
 
     def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable:
-        out = table.copy()
+        out = table.planned_copy()
         keep = out.cls < BlockClass.COLD
         out.cls[keep] = BlockClass.HOT
         out.reason[keep] = Reason.FITS_BUDGET

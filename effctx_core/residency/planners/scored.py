@@ -9,7 +9,7 @@ import numpy as np
 
 from ...contract import UnsupportedFeatureError
 from ..blocks import BlockClass, BlockTable, Reason
-from .base import PlannerCaps, WindowedPlanner, ascending_order, float_key, mark_windows, protected_tokens
+from .base import PlannerCaps, WindowedPlanner, float_key, mark_windows, protected_tokens, sort_keys, split_lowest
 
 
 class ScoredPlanner(WindowedPlanner):
@@ -23,12 +23,12 @@ class ScoredPlanner(WindowedPlanner):
         out, open_ = mark_windows(table, self.sink_tokens, self.recent_tokens)
         idx = np.flatnonzero(open_)
         room = max(budget - protected_tokens(out, open_), 0)
-        # Highest score first: invert the ascending key; NaN (no score) sorts last.
-        key = float_key(out.score[idx])
-        key = np.where(np.isnan(out.score[idx]), (1 << 32) - 1, ((1 << 32) - 1) - key)
-        order = ascending_order(idx, (key, 32))
-        kept = np.cumsum(out.sizes[idx][order]) <= room
-        keep, drop = idx[order[kept]], idx[order[~kept]]
+        scores = out.score[idx]
+        # Lowest score goes first, and a block without a score before any scored one.
+        keys = sort_keys(idx, (np.where(np.isnan(scores), 0, float_key(scores) + 1), 33))
+        sizes = out.sizes[idx]
+        victims, kept = split_lowest(keys, sizes, int(sizes.sum()) - room, room)
+        keep, drop = idx[kept], idx[victims]
         out.cls[keep] = BlockClass.HOT
         out.reason[keep] = Reason.FITS_BUDGET
         out.cls[drop] = BlockClass.EVICTED
