@@ -294,6 +294,8 @@ ACCEPTED = [
     ("f16", "f16", False), ("q8_0", "f16", False), ("q4_0", "f16", False), ("f32", "f32", False),
     ("bf16", "bf16", False), ("q8_0", "q8_0", True), ("q4_0", "q4_0", True), ("f16", "q8_0", True),
     ("q5_1", "q5_1", True), ("iq4_nl", "iq4_nl", True),
+    # every cache type appears as K and as V at least once
+    ("q4_1", "q5_0", True), ("q5_0", "q4_1", True), ("iq4_nl", "bf16", False), ("bf16", "f32", False),
 ]
 # 100: under the window; 520: windowed layers keep the last 512 of 520; 800: past the
 # 768 cells a cache without swa_full keeps at n_ubatch 64, so it has reused cells. 800
