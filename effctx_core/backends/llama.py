@@ -501,7 +501,7 @@ class LlamaSession:
         written = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, SEQ)
         if written == 0 and self._resident:
             raise EffctxError("llama.cpp wrote no state for the sequence")
-        return SessionSnapshot(self.identity, tuple(self._resident), bytes(buf[:written]), self._current_logits())
+        return SessionSnapshot(self.identity, tuple(self._resident), ctypes.string_at(buf, written), self._current_logits())
 
     def restore(self, snapshot: SessionSnapshot) -> None:
         self._check_usable()
