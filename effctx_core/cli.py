@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .contract import DecodeConfig, EffctxError, ModelInfo
+from .snapshots_cli import add_parser as add_snapshots_parser
+from .snapshots_cli import cmd_snapshots
 from .profiles import DEFAULT_PROFILE_NAME, Profile, available_profiles, load_profile
 
 EXIT_BAD_INPUT = 2
@@ -40,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     src = run.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", metavar="TEXT")
     src.add_argument("--prompt-file", metavar="FILE")
+    run.add_argument("--prefix-file", metavar="FILE",
+                     help="a stable prefix (system prompt, document) put before the prompt; its state is cached")
+    run.add_argument("--no-prefix-cache", action="store_true", help="prefill the prefix without the prefix cache")
     run.add_argument("--max-tokens", type=int, default=64, metavar="N")
     run.add_argument("--temperature", type=float, default=0.0)
     run.add_argument("--top-p", type=float, default=1.0)
@@ -64,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     passkey.add_argument("--depths", default="0.1,0.5,0.9", metavar="D,D,…", help="needle depths, 0 (start) to 1 (end)")
     passkey.add_argument("--seeds", type=int, default=1, metavar="N", help="keys per length and depth")
     passkey.add_argument("--json", action="store_true")
+
+    add_snapshots_parser(sub)
 
     profiles = sub.add_parser("profiles", help="list runtime profiles, or show one")
     profiles.add_argument("name", nargs="?", metavar="NAME|PATH", help="show this profile, resolved")
@@ -239,58 +246,83 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_text_file(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise EffctxError(f"{what} file not found: {path}") from None
+    except IsADirectoryError:
+        raise EffctxError(f"{what} file is a directory: {path}") from None
+    except UnicodeDecodeError:
+        raise EffctxError(f"{what} file is not UTF-8 text: {path}") from None
+    except OSError as exc:
+        raise EffctxError(f"cannot read {what} file {path}: {exc.strerror}") from None
+
+
 def _read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is not None:
         return args.prompt
-    try:
-        return Path(args.prompt_file).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise EffctxError(f"prompt file not found: {args.prompt_file}") from None
-    except IsADirectoryError:
-        raise EffctxError(f"prompt file is a directory: {args.prompt_file}") from None
-    except UnicodeDecodeError:
-        raise EffctxError(f"prompt file is not UTF-8 text: {args.prompt_file}") from None
-    except OSError as exc:
-        raise EffctxError(f"cannot read prompt file {args.prompt_file}: {exc.strerror}") from None
+    return _read_text_file(args.prompt_file, "prompt")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .engine import SessionEngine
 
     prompt = _read_prompt(args)
+    prefix_text = _read_text_file(args.prefix_file, "prefix") if args.prefix_file else None
     if args.max_tokens < 0:
         raise EffctxError("--max-tokens must be 0 or more")
     profile = profile_from_args(args)
-    engine = SessionEngine(model_from_args(args, profile), profile, trace_path=args.trace)
+    store = None
+    if prefix_text is not None and not args.no_prefix_cache:
+        from .snapshots import SnapshotStore
+
+        store = SnapshotStore()
+    engine = SessionEngine(model_from_args(args, profile), profile, trace_path=args.trace, prefix_cache=store)
     try:
         engine.open()
         config = DecodeConfig(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+        loaded = engine.load_prefix(prefix_text) if prefix_text is not None else None
+        if loaded is not None and loaded.message:
+            print(f"effctx: {loaded.message}", file=sys.stderr)
         result = engine.complete(prompt, config)
     finally:
         engine.close()
+    # The prefix is part of this run: a cache hit counts it as reused, a miss as prefilled,
+    # and its load time is part of the time to the first token.
+    hit = loaded is not None and loaded.cache == "hit"
+    prefix_tokens = loaded.tokens if loaded else 0
+    prefix_ms = loaded.ms if loaded else 0.0
+    reused = prefix_tokens if hit else 0
+    prefilled = result.prefilled + (0 if hit else prefix_tokens)
+    prefill_ms = result.prefill_ms + prefix_ms
     data = {
         "text": result.text,
         "stop_reason": result.stop_reason,
-        "ttft_ms": round(result.ttft_ms, 3),
-        "prefill_tps": round(result.prefill_tps, 2),
+        "cache": loaded.cache if loaded else "off",
+        "ttft_ms": round(result.ttft_ms + prefix_ms, 3),
+        "prefill_tps": round(prefilled / (prefill_ms / 1000), 2) if prefilled and prefill_ms else 0.0,
         "decode_tps": round(result.decode_tps, 2),
-        "prefill_ms": round(result.prefill_ms, 3),
+        "prefill_ms": round(prefill_ms, 3),
         "decode_ms": round(result.decode_ms, 3),
         "tokens": {
-            "reused": result.reused,
-            "prefilled": result.prefilled,
+            "reused": reused,
+            "prefilled": prefilled,
             "generated": result.generated,
             "resident": result.resident,
             "n_ctx": result.n_ctx,
         },
     }
+    if loaded is not None:
+        data["prefix"] = {"tokens": prefix_tokens, "ms": round(prefix_ms, 3), "key": loaded.key}
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
     print(result.text)
+    cache = f"prefix cache {data['cache']}; " if loaded is not None else ""
     print(
-        f"-- {result.prefilled} prefilled, {result.reused} reused, {result.generated} generated "
-        f"({result.stop_reason}); TTFT {result.ttft_ms:.0f} ms, prefill {result.prefill_tps:.0f} tok/s, "
+        f"-- {cache}{prefilled} prefilled, {reused} reused, {result.generated} generated "
+        f"({result.stop_reason}); TTFT {data['ttft_ms']:.0f} ms, prefill {data['prefill_tps']:.0f} tok/s, "
         f"decode {result.decode_tps:.1f} tok/s",
         file=sys.stderr,
     )
@@ -423,7 +455,7 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "info": cmd_info, "run": cmd_run, "bench": cmd_bench, "smoke": cmd_smoke,
-    "profiles": cmd_profiles, "model": cmd_model,
+    "profiles": cmd_profiles, "model": cmd_model, "snapshots": cmd_snapshots,
 }
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .backends.registry import get_backend
 from .contract import (
@@ -33,7 +33,10 @@ from .residency.tracker import ResidencyTracker
 from .trace import (
     ErrorRaised,
     Event,
+    NodeAdded,
+    NodeRestored,
     PrefillChunk,
+    PrefixCacheLookup,
     PrefixChecked,
     ResidencyAction,
     ResidencyChanged,
@@ -45,9 +48,34 @@ from .trace import (
     TurnFinished,
     TurnStarted,
 )
+from .snapshots.tree import SnapshotTree
 from .transcript import chat_format_for
 
+if TYPE_CHECKING:
+    from .snapshots import SnapshotStore
+
 Subscriber = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class NodeRestore:
+    node: str
+    mode: str  # "exact" (its saved state) or "recompute" (its tokens prefilled again)
+    tokens: int
+    recomputed: int  # tokens prefilled to get there
+    ms: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class PrefixLoad:
+    """How a stable prefix became resident: restored from the prefix cache or prefilled."""
+
+    cache: str  # "hit", "miss" or "off"
+    tokens: int
+    ms: float
+    key: str | None
+    message: str | None  # one line: a refused cache entry, or a cache that could not be written
 
 
 def _rate(tokens: int, ms: float) -> float:
@@ -60,6 +88,8 @@ class SessionEngine:
         model_path: str | Path,
         profile: Profile = DEFAULT_PROFILE,
         trace_path: str | Path | None = None,
+        prefix_cache: "SnapshotStore | None" = None,
+        checkpoints: "SnapshotStore | None" = None,
     ):
         self.model_path = Path(model_path)
         self.profile = profile
@@ -68,6 +98,11 @@ class SessionEngine:
         self._trace = TraceWriter(Path(trace_path)) if trace_path else None
         self._session: Session | None = None
         self._tape: list[int] = []
+        self._prefix_cache = prefix_cache
+        # Where the state of every turn's node goes; None keeps the tree without states
+        # (a restore then recomputes).
+        self._checkpoints = checkpoints
+        self.tree = SnapshotTree()
         self._tracker: ResidencyTracker | None = None
         self._executor = None
         self._turns = 0
@@ -101,6 +136,7 @@ class SessionEngine:
                     raise
                 self._session = session
                 info = session.info
+                self.tree.add(None, (), "root", info.identity.digest(), label="start")
                 self._emit(
                     SessionOpened,
                     backend=info.backend,
@@ -293,7 +329,84 @@ class SessionEngine:
             n_ctx=report.n_ctx,
         )
         self._emit(TurnFinished, turn=turn, result=result)
+        self._checkpoint("turn", input_text, result)
         return result
+
+    def _checkpoint(self, kind: str, input_text: str, result: TurnResult) -> None:
+        """A node for the tape as it is now, with the session's state when there is a store."""
+        session = self.session
+        # The deepest node whose tape this one extends: the node the turn started from,
+        # or, after a restore, the node restored.
+        parent = self.tree.find_by_tape(self._tape) or self.tree.root
+        if self.tree.tape_length(parent.id) == len(self._tape):
+            self.tree.set_current(parent.id)  # the turn arrived at a node that exists
+            return
+        blob, state_bytes, message = None, 0, None
+        if self._checkpoints is not None:
+            from .snapshots import SnapshotError, save_snapshot
+
+            try:
+                snap = session.snapshot()
+                blob = save_snapshot(self._checkpoints, snap, meta={"kind": kind}).key
+                state_bytes = len(snap.state)
+            except SnapshotError as exc:
+                message = f"state not saved ({exc}); restoring this node will recompute it"
+        metrics = {
+            "reused": result.reused, "prefilled": result.prefilled, "generated": result.generated,
+            "ttft_ms": round(result.ttft_ms, 3), "prefill_tps": round(result.prefill_tps, 2),
+            "decode_tps": round(result.decode_tps, 2), "bytes": state_bytes,
+        }
+        node = self.tree.add_tape(
+            parent.id, self._tape, kind, session.info.identity.digest(),
+            label=input_text.strip().splitlines()[0][:40] if input_text.strip() else kind,
+            residency=self.residency.report().to_dict(), metrics=metrics, blob=blob,
+            text=f"{input_text}\n{result.text}",
+        )
+        self._emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(self._tape), blob=blob or "",
+                   message=message or "")
+
+    def restore_node(self, node_id: str) -> "NodeRestore":
+        """Go back to a node: its exact state when it has one this runtime can load,
+        otherwise its tokens recomputed. The next turn then branches from it."""
+        from .snapshots import SnapshotError, load_snapshot
+
+        with self._lock:
+            session, tree = self.session, self.tree
+            node = tree.node(node_id)
+            tape = list(tree.tape(node_id))
+            t0 = time.perf_counter_ns()
+            mode, reason = "recompute", "the node has no saved state"
+            store = self._checkpoints
+            if node.blob is not None and store is not None:
+                try:
+                    snapshot = load_snapshot(store, node.blob, session.info.identity)
+                    session.restore(snapshot)
+                    mode, reason = "exact", "restored its saved state"
+                except SnapshotError as exc:
+                    reason = f"its saved state is unusable ({exc})"
+            elif node.identity_digest != session.info.identity.digest():
+                reason = "it was made by another runtime identity"
+            if mode == "exact" and list(session.tokens) != tape:
+                # the state held a stop text the tape had dropped: cut it off
+                session.ensure_prefix(tape)
+            recomputed = 0
+            if mode == "recompute":
+                if self.residency.evicts:
+                    session.ensure_prefix([])
+                    self._tape = []
+                    self.residency.reset()
+                    self._prefill(tape, Segment.OTHER, self._turns, 0)
+                    recomputed = len(tape)
+                else:
+                    status = session.ensure_prefix(tape, self._progress(self._turns, 0))
+                    recomputed = status.prefilled
+            self._tape = tape
+            self.residency.reset(Segment.OTHER, len(tape))
+            tree.set_current(node_id)
+            restore = NodeRestore(node_id, mode, len(tape), recomputed, (time.perf_counter_ns() - t0) / 1e6, reason)
+            self._emit(NodeRestored, node=node_id, mode=mode, tokens=len(tape), recomputed=recomputed,
+                       ms=round(restore.ms, 3), reason=reason)
+            return restore
 
     def _prefill(self, new: list[int], kind: Segment, turn: int, resident: int) -> int:
         """Prefill the new tokens; under an evicting policy in chunks, planning before each,
@@ -337,6 +450,50 @@ class SessionEngine:
                 self._emit(ResidencyAction, turn=turn, stage=stage, action="shift", start=act.start, end=act.end,
                            pos_start=act.shifted_from, pos_end=act.shifted_from + act.shift, ms=0.0)
         self._emit(ResidencyChanged, turn=turn, report=tracker.report().to_dict())
+
+    def load_prefix(self, text: str, kind: Segment = Segment.DOCUMENT) -> PrefixLoad:
+        """Make a stable prefix (a system prompt, a document) resident at the start of the
+        session: restored from the prefix cache when this runtime identity has stored
+        exactly these tokens, else prefilled and stored for the next session."""
+        from .snapshots import SnapshotError, load_snapshot, save_snapshot
+
+        with self._lock:
+            session = self.session
+            if self._tape:
+                raise EffctxError("a prefix can only be loaded at the start of a session")
+            tokens = session.tokenize(text, add_bos=session.info.facts.add_bos)
+            identity = session.info.identity
+            store = self._prefix_cache
+            t0 = time.perf_counter_ns()
+            message = None
+            key = store.find(identity.digest(), tokens) if store is not None else None
+            if key is not None:
+                try:
+                    session.restore(load_snapshot(store, key, identity))
+                except SnapshotError as exc:
+                    # A damaged entry is quarantined by the store; a foreign one is left.
+                    message = f"prefix cache entry not used ({exc}); prefilling instead"
+                    key = None
+                else:
+                    self._tape = list(tokens)
+                    self.residency.reset(kind, len(tokens))
+                    return self._prefix_loaded("hit", tokens, t0, key, None)
+            self._prefill(tokens, kind, 0, 0)
+            if store is None:
+                return self._prefix_loaded("off", tokens, t0, None, message)
+            if self.residency.report().resident_tokens < len(tokens):
+                # The policy evicted part of it: the cache holds no state for the whole prefix.
+                return self._prefix_loaded("miss", tokens, t0, None, message)
+            try:
+                key = save_snapshot(store, session.snapshot(), meta={"kind": "prefix", "text_chars": len(text)}).key
+            except SnapshotError as exc:
+                message = f"prefix cache not written ({exc}); running without it"
+            return self._prefix_loaded("miss", tokens, t0, key, message)
+
+    def _prefix_loaded(self, cache: str, tokens: list[int], t0: int, key: str | None, message: str | None) -> PrefixLoad:
+        load = PrefixLoad(cache, len(tokens), (time.perf_counter_ns() - t0) / 1e6, key, message)
+        self._emit(PrefixCacheLookup, result=cache, tokens=load.tokens, ms=round(load.ms, 3), key=key or "", message=message or "")
+        return load
 
     def set_budget(self, tokens: int) -> None:
         """Change the residency budget of the running session (the next plan uses it)."""

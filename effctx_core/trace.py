@@ -110,6 +110,37 @@ class ResidencyChanged(Event):
 
 
 @dataclass(frozen=True)
+class PrefixCacheLookup(Event):
+    kind: ClassVar[str] = "prefix_cache"
+    result: str  # hit, miss or off
+    tokens: int
+    ms: float
+    key: str
+    message: str
+
+
+@dataclass(frozen=True)
+class NodeAdded(Event):
+    kind: ClassVar[str] = "node"
+    node: str
+    parent: str
+    tokens: int
+    blob: str
+    message: str
+
+
+@dataclass(frozen=True)
+class NodeRestored(Event):
+    kind: ClassVar[str] = "node_restore"
+    node: str
+    mode: str  # exact or recompute
+    tokens: int
+    recomputed: int
+    ms: float
+    reason: str
+
+
+@dataclass(frozen=True)
 class SnapshotTaken(Event):
     kind: ClassVar[str] = "snapshot"
     tokens: int

@@ -53,7 +53,7 @@ def test_run_reads_a_prompt_file_and_writes_a_trace(default_model, tmp_path):
     out = effctx("run", "--prompt-file", str(prompt), "--max-tokens", "3", "--trace", str(trace))
     assert out.returncode == 0, out.stderr
     kinds = [json.loads(line)["kind"] for line in trace.read_text().splitlines()]
-    assert kinds[0] == "session_opened" and kinds[-1] == "turn_finished"
+    assert kinds[0] == "session_opened" and kinds[-2:] == ["turn_finished", "node"]
     assert kinds.count("token") == 3
 
 

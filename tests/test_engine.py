@@ -65,10 +65,10 @@ def test_every_step_is_an_event_in_the_trace(engine, tmp_path):
     result = engine.complete("The sky is", DecodeConfig(max_tokens=3))
     engine.close()
     kinds = [e.kind for e in seen]
-    assert kinds == ["turn_started", "prefix_checked", "prefill_chunk", "token", "token", "token", "turn_finished"]
+    assert kinds == ["turn_started", "prefix_checked", "prefill_chunk", "token", "token", "token", "turn_finished", "node"]
     lines = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
     assert [line["kind"] for line in lines] == ["session_opened"] + kinds
-    assert lines[-1]["result"]["text"] == result.text
+    assert lines[-2]["result"]["text"] == result.text
     assert "".join(line["text"] for line in lines if line["kind"] == "token") == result.text
 
 

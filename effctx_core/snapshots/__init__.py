@@ -1,0 +1,17 @@
+"""Persistent, bounded, content-addressed snapshot store (see store.py for the layout)."""
+
+from .blobfile import key_for, token_hash
+from .budget import BUDGET_ENV
+from .codec import decode, encode, load_snapshot, save_snapshot
+from .errors import (
+    AmbiguousSnapshotIdError, CorruptSnapshotError, ForeignSnapshotError, SnapshotBudgetError,
+    SnapshotError, SnapshotInUseError, SnapshotNotFoundError, SnapshotStoreError,
+)
+from .store import EntryInfo, GcReport, Peek, Quarantined, SnapshotStore, Stored, StoreUsage, VerifyReport
+
+__all__ = [
+    "AmbiguousSnapshotIdError", "BUDGET_ENV", "CorruptSnapshotError", "EntryInfo", "ForeignSnapshotError",
+    "GcReport", "Peek", "Quarantined", "SnapshotBudgetError", "SnapshotError", "SnapshotInUseError",
+    "SnapshotNotFoundError", "SnapshotStore", "SnapshotStoreError", "StoreUsage", "Stored", "VerifyReport",
+    "decode", "encode", "key_for", "load_snapshot", "save_snapshot", "token_hash",
+]

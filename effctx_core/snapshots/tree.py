@@ -1,0 +1,462 @@
+"""The snapshot tree: every point a session has been at, as a tree of token tapes.
+
+Pure data, no backend calls. A node's tape is always its parent's tape plus the node's
+own tokens, so a branch is simply a second child of an earlier node, and the tokens two
+nodes share are read off the tree instead of being compared from scratch.
+
+Persistence (named session files, export/import) lives in `tree_file`.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from itertools import chain
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from ..contract import EffctxError
+
+# How many materialised tapes to keep. Tapes of a long conversation grow linearly, so
+# caching every node's tape would cost memory quadratic in its length; the engine only
+# ever looks at a handful of nodes at a time (current, the one it restores, a diff pair).
+TAPE_CACHE_SIZE = 32
+
+TOKEN_MAX = 2**31 - 1  # tokens are stored as int32 on disk
+
+
+class SnapshotTreeError(EffctxError):
+    """An operation on the snapshot tree that cannot be done (unknown node, bad tape...)."""
+
+
+class SessionFileError(EffctxError):
+    """A session file that cannot be used: missing, unreadable, corrupt, foreign or too new."""
+
+
+class SessionNameError(EffctxError):
+    """A session name that cannot be a file name."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One point of a session. Immutable: rename/set_blob replace the record."""
+
+    id: str
+    parent: str | None  # None only for the root
+    label: str
+    created: float  # seconds since the epoch
+    own_tokens: tuple[int, ...]  # what this node appends to its parent's tape
+    kind: str  # "prefix", "turn", "decode", "manual", "restore", ...
+    identity_digest: str  # RuntimeIdentity.digest() of the runtime that made it
+    # Stored as their JSON round trip (see _jsonable), so a loaded tree compares equal.
+    residency: dict | None = None  # e.g. ResidencyReport.to_dict()
+    metrics: dict | None = None  # ttft_ms, prefill_tps, decode_tps, reused, ...
+    blob: str | None = None  # snapshot store key of the saved state, if one was saved
+    text: str | None = None  # what to show for it, e.g. the turn's input and output
+
+
+@dataclass(frozen=True)
+class TreeDiff:
+    """How the tapes of nodes `a` and `b` differ, token by token."""
+
+    a: str
+    b: str
+    ancestor: str  # deepest node both descend from (or are)
+    common_prefix: int  # tokens the two tapes share from the start
+    # Index of the first position where the tapes differ: common_prefix when they
+    # differ (one may simply be longer), None when the tapes are equal.
+    divergence: int | None
+    token_a: int | None  # a's token at `divergence`, None if a's tape ends there
+    token_b: int | None
+    tail_a: tuple[int, ...]  # a's tape after the common prefix
+    tail_b: tuple[int, ...]
+
+    @property
+    def identical(self) -> bool:
+        return self.divergence is None
+
+
+def _tokens(tokens: Sequence[int]) -> tuple[int, ...]:
+    try:
+        out = tuple(operator.index(t) for t in tokens)  # ints and numpy ints, not floats
+    except TypeError:
+        raise SnapshotTreeError("tokens must be integers") from None
+    for t in out:
+        if not 0 <= t <= TOKEN_MAX:
+            raise SnapshotTreeError(f"token id {t} out of range 0..{TOKEN_MAX}")
+    return out
+
+
+def _jsonable(what: str, value: dict | None) -> dict | None:
+    # Checked on the way in so that a later save cannot fail on a node added long ago.
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SnapshotTreeError(f"{what} must be a dict or None, not {type(value).__name__}")
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as e:
+        raise SnapshotTreeError(f"{what} is not JSON-serializable: {e}") from None
+
+
+class SnapshotTree:
+    """A tree of session snapshots with a `current` pointer.
+
+    The tree has at most one root: the first node added with parent None. The root
+    cannot be deleted (delete its children instead, or start a new tree): a session
+    keeps its prefix, and `current` then always has somewhere to fall back to.
+    Ids are "n<counter>" and never reused within a tree, even after a delete, so a
+    stale id held by a caller can only fail, never name another node.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self._clock = clock
+        self._nodes: dict[str, Node] = {}  # insertion order: parents before children
+        self._children: dict[str, list[str]] = {}
+        self._length: dict[str, int] = {}  # tape length per node, without materialising it
+        self._tapes: OrderedDict[str, tuple[int, ...]] = OrderedDict()  # LRU
+        self._root: str | None = None
+        self._current: str | None = None
+        self._next_id = 0
+        self.name: str | None = None  # session name, set by save() and load()
+
+    # ------------------------------------------------------------------ queries
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._nodes
+
+    def __iter__(self) -> Iterator[Node]:
+        """Nodes in insertion order: every parent comes before its children."""
+        return iter(list(self._nodes.values()))
+
+    def __getitem__(self, node_id: str) -> Node:
+        return self.node(node_id)
+
+    def node(self, node_id: str) -> Node:
+        try:
+            return self._nodes[node_id]
+        except (KeyError, TypeError):
+            raise SnapshotTreeError(f"no node {node_id!r} in the snapshot tree") from None
+
+    @property
+    def root(self) -> Node | None:
+        return None if self._root is None else self._nodes[self._root]
+
+    @property
+    def current(self) -> str | None:
+        """Id of the node the session is at (None only while the tree is empty)."""
+        return self._current
+
+    @property
+    def next_id(self) -> int:
+        return self._next_id
+
+    def children(self, node_id: str) -> list[Node]:
+        self.node(node_id)
+        return [self._nodes[c] for c in self._children[node_id]]
+
+    def path(self, node_id: str) -> list[Node]:
+        """The nodes from the root down to `node_id`, both included."""
+        out = [self.node(node_id)]
+        while out[-1].parent is not None:
+            out.append(self._nodes[out[-1].parent])
+        out.reverse()
+        return out
+
+    def depth(self, node_id: str) -> int:
+        return len(self.path(node_id)) - 1
+
+    def tape_length(self, node_id: str) -> int:
+        self.node(node_id)
+        return self._length[node_id]
+
+    def tape(self, node_id: str) -> tuple[int, ...]:
+        """The full token list at `node_id`: its ancestors' own tokens and its own."""
+        node = self.node(node_id)
+        cached = self._tapes.get(node_id)
+        if cached is not None:
+            self._tapes.move_to_end(node_id)
+            return cached
+        # Walk up only to the nearest cached ancestor, then join once: O(tape length).
+        parts = [node.own_tokens]
+        up = node.parent
+        base: tuple[int, ...] = ()
+        while up is not None:
+            hit = self._tapes.get(up)
+            if hit is not None:
+                base = hit
+                break
+            parts.append(self._nodes[up].own_tokens)
+            up = self._nodes[up].parent
+        out = base + tuple(chain.from_iterable(reversed(parts)))
+        self._remember(node_id, out)
+        return out
+
+    def shared_prefix(self, node_id: str) -> int:
+        """How many tokens `node_id` shares with its parent (the parent's whole tape)."""
+        node = self.node(node_id)
+        return 0 if node.parent is None else self._length[node.parent]
+
+    def common_ancestor(self, a: str, b: str) -> Node:
+        on_a = {n.id for n in self.path(a)}
+        for n in reversed(self.path(b)):
+            if n.id in on_a:
+                return n
+        raise AssertionError("two nodes of one tree always share the root")
+
+    def diff(self, a: str, b: str) -> TreeDiff:
+        ancestor = self.common_ancestor(a, b)
+        tape_a, tape_b = self.tape(a), self.tape(b)
+        # Everything up to the ancestor's tape is shared by construction; siblings may
+        # still start with the same tokens (a chat template's turn header), so go on.
+        i = self._length[ancestor.id]
+        limit = min(len(tape_a), len(tape_b))
+        while i < limit and tape_a[i] == tape_b[i]:
+            i += 1
+        same = len(tape_a) == len(tape_b) == i
+        return TreeDiff(
+            a=a,
+            b=b,
+            ancestor=ancestor.id,
+            common_prefix=i,
+            divergence=None if same else i,
+            token_a=tape_a[i] if i < len(tape_a) else None,
+            token_b=tape_b[i] if i < len(tape_b) else None,
+            tail_a=tape_a[i:],
+            tail_b=tape_b[i:],
+        )
+
+    def find_by_tape(self, tokens: Sequence[int], *, with_blob: bool = False) -> Node | None:
+        """The node with the longest tape that is a prefix of `tokens`, or None.
+
+        Ties (siblings adding the same tokens, nodes adding none) go to the deeper node,
+        then to the one added last. With `with_blob`, only nodes that have a saved state
+        count, which is what a restore needs.
+        """
+        if self._root is None:
+            return None
+        tokens = tuple(tokens)
+        best: Node | None = None
+        best_key: tuple[int, int, int] = (-1, -1, -1)
+        order = {nid: i for i, nid in enumerate(self._nodes)}
+        # Only branches whose own tokens match are entered, so this is cheap.
+        stack: list[tuple[str, int, int]] = [(self._root, 0, 0)]  # (id, tape start, depth)
+        while stack:
+            nid, start, depth = stack.pop()
+            node = self._nodes[nid]
+            end = start + len(node.own_tokens)
+            if tokens[start:end] != node.own_tokens:
+                continue
+            if not with_blob or node.blob is not None:
+                key = (end, depth, order[nid])
+                if key > best_key:
+                    best, best_key = node, key
+            stack.extend((c, end, depth + 1) for c in self._children[nid])
+        return best
+
+    def blobs(self) -> set[str]:
+        """Snapshot store keys referenced by live nodes: the store must keep these."""
+        return {n.blob for n in self._nodes.values() if n.blob is not None}
+
+    # ------------------------------------------------------------------ changes
+
+    def add(
+        self,
+        parent_id: str | None,
+        own_tokens: Sequence[int],
+        kind: str,
+        identity_digest: str,
+        label: str = "",
+        residency: dict | None = None,
+        metrics: dict | None = None,
+        blob: str | None = None,
+        text: str | None = None,
+        *,
+        created: float | None = None,
+        make_current: bool = True,
+    ) -> Node:
+        """Add a child of `parent_id` whose tape is the parent's plus `own_tokens`.
+
+        `parent_id` None adds the root (only into an empty tree). The new node becomes
+        `current` unless `make_current` is False: adding is what the session just did.
+        """
+        if parent_id is None:
+            if self._root is not None:
+                raise SnapshotTreeError(f"the snapshot tree already has a root ({self._root})")
+        else:
+            self.node(parent_id)
+        if not isinstance(kind, str) or not kind:
+            raise SnapshotTreeError("node kind must be a non-empty string")
+        if not isinstance(identity_digest, str):
+            raise SnapshotTreeError("identity digest must be a string")
+        if not isinstance(label, str):
+            raise SnapshotTreeError("node label must be a string")
+        if blob is not None and (not isinstance(blob, str) or not blob):
+            raise SnapshotTreeError("blob key must be a non-empty string or None")
+        if text is not None and not isinstance(text, str):
+            raise SnapshotTreeError("node text must be a string or None")
+        while f"n{self._next_id}" in self._nodes:  # only possible with a hand-edited file
+            self._next_id += 1
+        node = Node(
+            id=f"n{self._next_id}",
+            parent=parent_id,
+            label=label,
+            created=self._clock() if created is None else float(created),
+            own_tokens=_tokens(own_tokens),
+            kind=kind,
+            identity_digest=identity_digest,
+            residency=_jsonable("residency", residency),
+            metrics=_jsonable("metrics", metrics),
+            blob=blob,
+            text=text,
+        )
+        self._next_id += 1
+        self._insert(node)
+        if make_current:
+            self._current = node.id
+        return node
+
+    def add_tape(
+        self, parent_id: str | None, full_tape: Sequence[int], kind: str, identity_digest: str, **kw: Any
+    ) -> Node:
+        """Like add, given the node's whole tape; it must start with the parent's tape."""
+        full = tuple(full_tape)
+        if parent_id is None:
+            return self.add(None, full, kind, identity_digest, **kw)
+        base = self.tape(parent_id)
+        if full[: len(base)] != base:
+            if len(full) < len(base) and base[: len(full)] == full:
+                why = f"it is shorter ({len(full)} < {len(base)} tokens)"
+            else:
+                i = next(i for i, (x, y) in enumerate(zip(full, base)) if x != y)
+                why = f"they differ at token {i} ({full[i]} != {base[i]})"
+            raise SnapshotTreeError(f"tape does not extend the tape of node {parent_id}: {why}")
+        return self.add(parent_id, full[len(base):], kind, identity_digest, **kw)
+
+    def set_current(self, node_id: str) -> None:
+        self.node(node_id)
+        self._current = node_id
+
+    def rename(self, node_id: str, label: str) -> Node:
+        if not isinstance(label, str):
+            raise SnapshotTreeError("node label must be a string")
+        node = replace(self.node(node_id), label=label)
+        self._nodes[node_id] = node
+        return node
+
+    def set_blob(self, node_id: str, blob: str | None) -> Node:
+        """Attach (or drop, with None) the saved state of a node, e.g. saved after the fact."""
+        if blob is not None and (not isinstance(blob, str) or not blob):
+            raise SnapshotTreeError("blob key must be a non-empty string or None")
+        node = replace(self.node(node_id), blob=blob)
+        self._nodes[node_id] = node
+        return node
+
+    def delete_subtree(self, node_id: str) -> list[str]:
+        """Remove a node and all its descendants; return their ids, the node first.
+
+        The root cannot be deleted. If `current` was inside the removed subtree it moves
+        to the removed node's parent: the nearest point of the session that still exists.
+        """
+        node = self.node(node_id)
+        if node.parent is None:
+            raise SnapshotTreeError("the root of a snapshot tree cannot be deleted; delete its children")
+        removed: list[str] = []
+        stack = [node_id]
+        while stack:
+            nid = stack.pop()
+            removed.append(nid)
+            stack.extend(reversed(self._children[nid]))
+        gone = set(removed)
+        self._children[node.parent].remove(node_id)
+        for nid in removed:
+            del self._nodes[nid], self._children[nid], self._length[nid]
+            self._tapes.pop(nid, None)
+        if self._current in gone:
+            self._current = node.parent
+        return removed
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, name: str, directory: Path | None = None) -> Path:
+        """Write the tree as session `name` (data_dir()/sessions/NAME.json by default)."""
+        from .tree_file import save_tree
+
+        path = save_tree(self, name, directory)
+        self.name = name
+        return path
+
+    @staticmethod
+    def list_sessions(directory: Path | None = None) -> list[str]:
+        """Names of the saved sessions, sorted."""
+        from .tree_file import list_sessions
+
+        return list_sessions(directory)
+
+    @classmethod
+    def load(cls, name: str, directory: Path | None = None) -> "SnapshotTree":
+        from .tree_file import load_tree
+
+        tree = load_tree(name, directory)
+        tree.name = name
+        return tree
+
+    def export(self, path: Path) -> None:
+        """Write the tree to one self-contained file. Blob payloads (saved KV states) are
+        NOT included: only their store keys are, so the states stay in the snapshot store
+        of this machine and an imported tree elsewhere has tapes, text and metrics but
+        nothing to restore until the states are copied too."""
+        from .tree_file import write_tree_file
+
+        write_tree_file(self, Path(path))
+
+    @classmethod
+    def import_(cls, path: Path) -> "SnapshotTree":
+        """Read a file written by export() (or save()); see export() about blobs."""
+        from .tree_file import read_tree_file
+
+        return read_tree_file(Path(path))
+
+    # ------------------------------------------------------------------ internals
+
+    def _insert(self, node: Node) -> None:
+        if node.parent is None:
+            self._root = node.id
+            self._length[node.id] = len(node.own_tokens)
+        else:
+            self._children[node.parent].append(node.id)
+            self._length[node.id] = self._length[node.parent] + len(node.own_tokens)
+        self._nodes[node.id] = node
+        self._children[node.id] = []
+
+    def _remember(self, node_id: str, tape: tuple[int, ...]) -> None:
+        self._tapes[node_id] = tape
+        self._tapes.move_to_end(node_id)
+        while len(self._tapes) > TAPE_CACHE_SIZE:
+            self._tapes.popitem(last=False)
+
+    @classmethod
+    def _rebuild(cls, nodes: Sequence[Node], current: str | None, next_id: int) -> "SnapshotTree":
+        """A tree from already validated nodes, parents first (used by tree_file)."""
+        tree = cls()
+        for node in nodes:
+            if node.id in tree._nodes:
+                raise SnapshotTreeError(f"duplicate node id {node.id!r}")
+            if node.parent is None and tree._root is not None:
+                raise SnapshotTreeError(f"second root {node.id!r}")
+            if node.parent is not None and node.parent not in tree._nodes:
+                raise SnapshotTreeError(f"node {node.id!r} comes before its parent {node.parent!r}")
+            tree._insert(node)
+        if current is not None and current not in tree._nodes:
+            raise SnapshotTreeError(f"current node {current!r} does not exist")
+        if current is None and tree._nodes:
+            raise SnapshotTreeError("no current node in a non-empty tree")
+        tree._current = current
+        tree._next_id = next_id
+        return tree
