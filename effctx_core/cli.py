@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .contract import DecodeConfig, EffctxError, ModelInfo
+from .sessions_cli import add_parser as add_sessions_parser
+from .sessions_cli import cmd_sessions
 from .snapshots_cli import add_parser as add_snapshots_parser
 from .snapshots_cli import cmd_snapshots
 from .profiles import DEFAULT_PROFILE_NAME, Profile, available_profiles, load_profile
@@ -71,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     passkey.add_argument("--json", action="store_true")
 
     add_snapshots_parser(sub)
+    add_sessions_parser(sub)
 
     profiles = sub.add_parser("profiles", help="list runtime profiles, or show one")
     profiles.add_argument("name", nargs="?", metavar="NAME|PATH", help="show this profile, resolved")
@@ -455,7 +458,7 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "info": cmd_info, "run": cmd_run, "bench": cmd_bench, "smoke": cmd_smoke,
-    "profiles": cmd_profiles, "model": cmd_model, "snapshots": cmd_snapshots,
+    "profiles": cmd_profiles, "model": cmd_model, "snapshots": cmd_snapshots, "sessions": cmd_sessions,
 }
 
 

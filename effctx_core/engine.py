@@ -48,6 +48,7 @@ from .trace import (
     TurnFinished,
     TurnStarted,
 )
+from .snapshots.errors import SnapshotNotFoundError
 from .snapshots.tree import SnapshotTree
 from .transcript import chat_format_for
 
@@ -365,6 +366,29 @@ class SessionEngine:
         self._emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(self._tape), blob=blob or "",
                    message=message or "")
 
+    def save_session(self, name: str) -> Path:
+        """Save the tree as a named session; the store keeps every state it references
+        (and lets go of the states this session referenced before and no longer does)."""
+        with self._lock:
+            path = self.tree.save(name)
+            if self._checkpoints is not None:
+                owner = session_owner(name)
+                self._checkpoints.remove_refs(owner)
+                for key in sorted(self.tree.blobs()):
+                    try:
+                        self._checkpoints.add_ref(key, owner)
+                    except SnapshotNotFoundError:
+                        pass  # evicted before the tree was saved: that node will recompute
+            return path
+
+    def load_session(self, name: str) -> "NodeRestore | None":
+        """Open a saved session's tree and go to its current node."""
+        with self._lock:
+            tree = SnapshotTree.load(name)
+            self.tree = tree
+            self.reset()
+            return self.restore_node(tree.current) if tree.current is not None else None
+
     def restore_node(self, node_id: str) -> "NodeRestore":
         """Go back to a node: its exact state when it has one this runtime can load,
         otherwise its tokens recomputed. The next turn then branches from it."""
@@ -570,6 +594,11 @@ class SessionEngine:
 
     def detokenize(self, tokens) -> str:
         return self.session.detokenize(tokens)
+
+
+def session_owner(name: str) -> str:
+    """The snapshot-store owner name under which a saved session keeps its states."""
+    return f"session-{name}"
 
 
 def _stop_cut(text: str, stop: tuple[str, ...]) -> int | None:

@@ -1,0 +1,99 @@
+"""`effctx sessions ls|show|export|import|rm`: saved snapshot trees (named session files)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .contract import EffctxError
+from .engine import session_owner
+from .snapshots.tree import SnapshotTree
+from .snapshots.tree_file import session_path
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    sessions = sub.add_parser("sessions", help="saved conversation trees: list, show, export, import, remove")
+    sessions_sub = sessions.add_subparsers(dest="sessions_command", required=True)
+    ls = sessions_sub.add_parser("ls", help="the saved sessions")
+    ls.add_argument("--json", action="store_true")
+    show = sessions_sub.add_parser("show", help="one session's tree of nodes")
+    show.add_argument("name")
+    show.add_argument("--json", action="store_true")
+    export = sessions_sub.add_parser("export", help="write a session to one file (states stay in the store)")
+    export.add_argument("name")
+    export.add_argument("file")
+    imp = sessions_sub.add_parser("import", help="read a session file written by export")
+    imp.add_argument("file")
+    imp.add_argument("--name", help="save it under this name (default: the file's name)")
+    rm = sessions_sub.add_parser("rm", help="delete a saved session and release its states in the store")
+    rm.add_argument("name")
+    return sessions
+
+
+def _summary(name: str, tree: SnapshotTree) -> dict:
+    nodes = list(tree)
+    return {
+        "name": name,
+        "nodes": len(nodes),
+        "states": len(tree.blobs()),
+        "longest_tape": max((tree.tape_length(n.id) for n in nodes), default=0),
+        "current": tree.current,
+        "created": min((n.created for n in nodes), default=None),
+    }
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    command = args.sessions_command
+    if command == "ls":
+        rows = [_summary(name, SnapshotTree.load(name)) for name in SnapshotTree.list_sessions()]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        elif not rows:
+            print("no saved sessions")
+        else:
+            width = max(len(r["name"]) for r in rows)
+            for r in rows:
+                print(f"{r['name']:{width}}  {r['nodes']:>4} nodes  {r['states']:>4} states  "
+                      f"longest tape {r['longest_tape']} tokens")
+        return 0
+    if command == "show":
+        tree = SnapshotTree.load(args.name)
+        if args.json:
+            print(json.dumps({**_summary(args.name, tree), "tree": [
+                {"id": n.id, "parent": n.parent, "label": n.label, "kind": n.kind, "tokens": tree.tape_length(n.id),
+                 "own_tokens": len(n.own_tokens), "blob": n.blob, "metrics": n.metrics} for n in tree]}, indent=2))
+            return 0
+        for node in tree:
+            indent = "  " * tree.depth(node.id)
+            mark = "*" if node.id == tree.current else " "
+            state = "state" if node.blob else "no state"
+            print(f"{mark} {indent}{node.id} {node.label!r} [{node.kind}] {tree.tape_length(node.id)} tokens, {state}")
+        return 0
+    if command == "export":
+        tree = SnapshotTree.load(args.name)
+        tree.export(Path(args.file))
+        print(f"exported {args.name} ({len(tree)} nodes) to {args.file}; saved states stay in this machine's store")
+        return 0
+    if command == "import":
+        tree = SnapshotTree.import_(Path(args.file))
+        name = args.name or Path(args.file).stem
+        if session_path(name).exists():
+            raise EffctxError(f"a session named {name!r} exists already (choose another with --name)")
+        tree.save(name)
+        print(f"imported {len(tree)} nodes as session {name}")
+        return 0
+    if command == "rm":
+        path = session_path(args.name)
+        if not path.exists():
+            raise EffctxError(f"no saved session named {args.name!r}")
+        from .snapshots import SnapshotStore
+
+        released = SnapshotStore().remove_refs(session_owner(args.name))
+        path.unlink()
+        print(f"removed session {args.name}; {released} saved state{'' if released == 1 else 's'} "
+              "released to the store's budget")
+        return 0
+    raise EffctxError(f"unknown sessions command {command!r}")
+
+
