@@ -330,11 +330,24 @@ class SessionEngine:
             n_ctx=report.n_ctx,
         )
         self._emit(TurnFinished, turn=turn, result=result)
-        self._checkpoint("turn", input_text, result)
+        self._checkpoint("turn", _label(input_text, "turn"), f"{input_text}\n{result.text}", {
+            "reused": result.reused, "prefilled": result.prefilled, "generated": result.generated,
+            "ttft_ms": round(result.ttft_ms, 3), "prefill_tps": round(result.prefill_tps, 2),
+            "decode_tps": round(result.decode_tps, 2),
+        })
         return result
 
-    def _checkpoint(self, kind: str, input_text: str, result: TurnResult) -> None:
-        """A node for the tape as it is now, with the session's state when there is a store."""
+    def mark(self, label: str = "") -> str:
+        """A node for the tape as it is now, on demand; returns its id."""
+        with self._lock:
+            self._checkpoint("manual", label or "mark", None, {})
+            return self.tree.current
+
+    def _checkpoint(self, kind: str, label: str, text: str | None, metrics: dict, known_blob: str | None = None) -> None:
+        """A node for the tape as it is now, with the session's state when there is a store.
+
+        Under an evicting policy the cache holds only part of the tape, so no state is
+        saved: a restore of such a node recomputes its tokens."""
         session = self.session
         # The deepest node whose tape this one extends: the node the turn started from,
         # or, after a restore, the node restored.
@@ -342,8 +355,8 @@ class SessionEngine:
         if self.tree.tape_length(parent.id) == len(self._tape):
             self.tree.set_current(parent.id)  # the turn arrived at a node that exists
             return
-        blob, state_bytes, message = None, 0, None
-        if self._checkpoints is not None:
+        blob, state_bytes, message = known_blob, 0, None
+        if blob is None and self._checkpoints is not None and not self.residency.evicts:
             from .snapshots import SnapshotError, save_snapshot
 
             try:
@@ -352,16 +365,10 @@ class SessionEngine:
                 state_bytes = len(snap.state)
             except SnapshotError as exc:
                 message = f"state not saved ({exc}); restoring this node will recompute it"
-        metrics = {
-            "reused": result.reused, "prefilled": result.prefilled, "generated": result.generated,
-            "ttft_ms": round(result.ttft_ms, 3), "prefill_tps": round(result.prefill_tps, 2),
-            "decode_tps": round(result.decode_tps, 2), "bytes": state_bytes,
-        }
         node = self.tree.add_tape(
-            parent.id, self._tape, kind, session.info.identity.digest(),
-            label=input_text.strip().splitlines()[0][:40] if input_text.strip() else kind,
-            residency=self.residency.report().to_dict(), metrics=metrics, blob=blob,
-            text=f"{input_text}\n{result.text}",
+            parent.id, self._tape, kind, session.info.identity.digest(), label=label,
+            residency=self.residency.report().to_dict(), metrics={**metrics, "bytes": state_bytes},
+            blob=blob, text=text,
         )
         self._emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(self._tape), blob=blob or "",
                    message=message or "")
@@ -516,6 +523,9 @@ class SessionEngine:
 
     def _prefix_loaded(self, cache: str, tokens: list[int], t0: int, key: str | None, message: str | None) -> PrefixLoad:
         load = PrefixLoad(cache, len(tokens), (time.perf_counter_ns() - t0) / 1e6, key, message)
+        self._checkpoint("prefix", f"prefix ({cache})", None, {"prefilled": 0 if cache == "hit" else len(tokens),
+                                                               "reused": len(tokens) if cache == "hit" else 0,
+                                                               "load_ms": round(load.ms, 3)}, known_blob=key)
         self._emit(PrefixCacheLookup, result=cache, tokens=load.tokens, ms=round(load.ms, 3), key=key or "", message=message or "")
         return load
 
@@ -594,6 +604,11 @@ class SessionEngine:
 
     def detokenize(self, tokens) -> str:
         return self.session.detokenize(tokens)
+
+
+def _label(text: str, fallback: str) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first[:40] or fallback
 
 
 def session_owner(name: str) -> str:
