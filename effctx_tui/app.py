@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from textual import work
 from textual.app import App
@@ -11,10 +12,16 @@ from effctx_core.contract import EffctxError
 from effctx_core.engine import SessionEngine
 from effctx_core.models import resolve_model
 from effctx_core.profiles import DEFAULT_PROFILE, Profile
+from effctx_core.snapshots import SnapshotStore
+from effctx_core.snapshots.tree import SnapshotTree
 from effctx_core.trace import Event, ModelProgress
 
 from .messages import EngineEvent, EngineFailed, EngineReady
 from .screens.session import SessionScreen
+
+# The default of `checkpoints`: a store in the user cache dir. None is a choice of its
+# own (nodes keep no state, so every restore recomputes), hence a named default.
+USER_CACHE = "user-cache"
 
 
 class EffctxApp(App):
@@ -27,12 +34,18 @@ class EffctxApp(App):
         profile: Profile = DEFAULT_PROFILE,
         max_tokens: int = 128,
         trace: str | Path | None = None,
+        checkpoints: SnapshotStore | None | Literal["user-cache"] = USER_CACHE,
+        session_name: str | None = None,
     ) -> None:
         super().__init__()
         self.model_arg = model
         self.profile = profile
         self.max_tokens = max_tokens
         self.trace = trace
+        self.checkpoints = checkpoints
+        # The tree is saved under this name after every change, so a console can be
+        # closed and reopened where it was (`effctx --session NAME`).
+        self.session_name = session_name
         self.engine: SessionEngine | None = None
         self.session_screen = SessionScreen(max_tokens)
 
@@ -52,7 +65,8 @@ class EffctxApp(App):
                 self.model_arg,
                 progress=lambda stage, done, total: self._forward(ModelProgress(stage=stage, done=done, total=total)),
             )
-            engine = SessionEngine(path, self.profile, trace_path=self.trace)
+            store = SnapshotStore() if self.checkpoints is USER_CACHE else self.checkpoints
+            engine = SessionEngine(path, self.profile, trace_path=self.trace, checkpoints=store)
             engine.subscribe(self._forward)
             info = engine.open()
         except EffctxError as exc:
@@ -60,6 +74,20 @@ class EffctxApp(App):
             return
         self.engine = engine
         self.session_screen.post_message(EngineReady(info))
+        if self.session_name and self.session_name in SnapshotTree.list_sessions():
+            try:
+                engine.load_session(self.session_name)
+            except EffctxError as exc:
+                self.session_screen.post_message(EngineFailed(f"session {self.session_name} not reopened: {exc}"))
+
+    @work(thread=True, group="save", exclusive=True, exit_on_error=False)
+    def save_session(self) -> None:
+        if self.engine is None or not self.session_name:
+            return
+        try:
+            self.engine.save_session(self.session_name)
+        except EffctxError as exc:
+            self.notify(f"session not saved: {exc}", severity="warning")
 
     def on_unmount(self) -> None:
         if self.engine is not None:

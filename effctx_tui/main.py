@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Sequence
 
 from effctx_core.cli import COMMANDS, EXIT_BAD_INPUT, _Parser, add_runtime_options, profile_from_args, run_command
 from effctx_core.contract import EffctxError
+from effctx_core.snapshots.tree_file import check_name
 
 
 def _console_parser() -> _Parser:
@@ -15,6 +17,11 @@ def _console_parser() -> _Parser:
     add_runtime_options(parser)
     parser.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens per reply")
     parser.add_argument("--trace", metavar="FILE", help="write the engine's events as JSON Lines")
+    parser.add_argument("--session", metavar="NAME",
+                        help="reopen (or start) the saved session NAME; it is saved after every change "
+                             "(default: a new session named by the date and time)")
+    parser.add_argument("--no-checkpoints", action="store_true",
+                        help="save no snapshot states (restoring a snapshot then recomputes it)")
     return parser
 
 
@@ -53,12 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         opts = _console_parser().parse_args(args)
         profile = profile_from_args(opts)
+        if opts.session:
+            check_name(opts.session)
     except EffctxError as exc:
         print(f"effctx: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from .app import EffctxApp
+    from .app import USER_CACHE, EffctxApp
 
-    app = EffctxApp(model=opts.model or profile.model, profile=profile, max_tokens=opts.max_tokens, trace=opts.trace)
+    app = EffctxApp(model=opts.model or profile.model, profile=profile, max_tokens=opts.max_tokens, trace=opts.trace,
+                    checkpoints=None if opts.no_checkpoints else USER_CACHE,
+                    session_name=opts.session or time.strftime("%Y%m%d-%H%M%S"))
     app.run()
     return app.return_code or 0
 

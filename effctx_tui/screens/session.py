@@ -10,10 +10,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
 from effctx_core.contract import DecodeConfig, EffctxError, TurnResult
+from effctx_core.engine import NodeRestore
 from effctx_core.residency import OBSERVED
+from effctx_core.snapshots.tree import SnapshotTree
 from effctx_core.trace import (
     ErrorRaised,
     ModelProgress,
+    NodeAdded,
+    NodeRestored,
     PrefillChunk,
     ResidencyChanged,
     SessionOpened,
@@ -26,10 +30,25 @@ from ..messages import EngineEvent, EngineFailed, EngineReady, TurnDone
 from ..widgets.residency_strip import ResidencyStrip
 from ..widgets.status_line import StatusLine
 from .residency import ResidencyScreen
+from .snapshots import BRANCH, SnapshotsScreen
+from ..widgets.snapshot_tree import restore_summary
 from ..widgets.transcript import Transcript
 
 # Prefills shorter than this finish before a progress bar would be readable.
 PROGRESS_MIN_TOKENS = 256
+
+
+def path_turns(tree: SnapshotTree, node_id: str) -> list[tuple[str, str]]:
+    """The (input, reply) of each turn from the root down to `node_id`.
+
+    A node's text is "input\nreply"; the prompt is a one-line Input, so the first
+    newline is where the input ends."""
+    turns = []
+    for node in tree.path(node_id)[1:]:
+        if node.text is not None:
+            user, _, reply = node.text.partition("\n")
+            turns.append((user, reply))
+    return turns
 
 
 class SessionScreen(Screen):
@@ -37,6 +56,7 @@ class SessionScreen(Screen):
         Binding("escape", "stop", "Stop reply"),
         Binding("ctrl+n", "new_conversation", "New conversation"),
         Binding("ctrl+r", "residency", "Residency"),
+        Binding("ctrl+t", "snapshots", "Snapshots"),
         Binding("ctrl+q", "app.quit", "Quit"),
     ]
 
@@ -48,6 +68,8 @@ class SessionScreen(Screen):
         self.turns_done = 0
         self.last_result: TurnResult | None = None
         self._residency_screen: ResidencyScreen | None = None
+        self._snapshots_screen: SnapshotsScreen | None = None
+        self.restores: dict[str, NodeRestore] = {}  # node id -> its last restore, for the snapshots screen
         self._n_ctx = 0
         self._resident = 0
 
@@ -116,9 +138,53 @@ class SessionScreen(Screen):
         )
         self.app.push_screen(self._residency_screen)
 
+    def action_snapshots(self) -> None:
+        engine = self.app.engine
+        if not self.ready or engine is None:
+            return
+        self._snapshots_screen = SnapshotsScreen(
+            engine.tree, detokenize=engine.detokenize, restore=engine.restore_node,
+            restores=self.restores, is_busy=lambda: self.busy,
+        )
+        self.app.push_screen(self._snapshots_screen, self._snapshots_closed)
+
+    def _snapshots_open(self) -> bool:
+        return self._snapshots_screen is not None and self._snapshots_screen.is_attached
+
+    def _snapshots_closed(self, result: str | None) -> None:
+        self.app.save_session()  # renames and deletes happened on the screen
+        if result == BRANCH:
+            self.query_one(Input).focus()
+
+    def _follow_restore(self, event: NodeRestored) -> None:
+        """Show the conversation of the restored node: its path's turns, and the cache it left."""
+        self.restores[event.node] = restore = NodeRestore(
+            event.node, event.mode, event.tokens, event.recomputed, event.ms, event.reason
+        )
+        self._hide_progress()  # a long recompute showed its prefill
+        tree = self.app.engine.tree
+        if event.node not in tree:
+            return
+        self.query_one(Transcript).show_history(path_turns(tree, event.node))
+        self._resident = event.tokens
+        label = tree.node(event.node).label or event.node
+        self.query_one(StatusLine).show_busy(
+            f"at {label!r}: {restore_summary(restore)}; the next turn branches from here", self._resident, self._n_ctx
+        )
+
     def on_engine_event(self, message: EngineEvent) -> None:
         event = message.event
-        if isinstance(event, (PrefillChunk, ResidencyChanged, TurnFinished)) or (
+        if isinstance(event, (NodeAdded, NodeRestored)):
+            self.app.save_session()
+            if isinstance(event, NodeRestored):
+                self._follow_restore(event)
+            elif event.message:
+                self.notify(event.message, severity="warning")
+            if self._snapshots_open():
+                self._snapshots_screen.refresh_tree()
+        elif isinstance(event, PrefillChunk) and self._snapshots_open():
+            self._snapshots_screen.restore_progress(event.done, event.total)
+        if isinstance(event, (PrefillChunk, ResidencyChanged, TurnFinished, NodeRestored)) or (
             isinstance(event, TokenDecoded) and event.index % 16 == 0
         ):
             self._refresh_residency()

@@ -22,6 +22,20 @@ class Transcript(VerticalScroll):
         self.mount(self._reply)
         self.scroll_end(animate=False)
 
+    def show_history(self, turns: list[tuple[str, str]]) -> None:
+        """Replace the conversation with these (input, reply) turns, e.g. after a restore."""
+        self.remove_children()
+        self._reply = None  # a reply still streaming would land in a removed widget
+        self._reply_text = ""
+        self.streamed_pieces = 0
+        widgets = []
+        for user, reply in turns:
+            widgets.append(Static(Text(user), classes="user-turn"))
+            widgets.append(Static(Text(reply.lstrip()), classes="assistant-turn"))
+        if widgets:
+            self.mount_all(widgets)
+        self.scroll_end(animate=False)
+
     def append_reply(self, piece: str) -> None:
         if self._reply is None:
             return

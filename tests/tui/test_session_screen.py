@@ -25,7 +25,7 @@ def status_text(screen) -> str:
 
 
 async def test_a_prompt_streams_a_reply_and_fills_the_status_line(default_model):
-    app = EffctxApp(max_tokens=16)
+    app = EffctxApp(max_tokens=16, checkpoints=None)
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
         await wait_for(pilot, lambda: screen.ready)
@@ -47,7 +47,7 @@ async def test_keys_are_answered_while_a_long_prefill_runs(default_model):
     # Pilot.press waits until the process is idle, which it never is during a
     # prefill, so the keys go straight into the app's queue and the test watches
     # the order of effects: the keys land first, the prefill ends later.
-    app = EffctxApp(max_tokens=1)
+    app = EffctxApp(max_tokens=1, checkpoints=None)
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
         await wait_for(pilot, lambda: screen.ready)
@@ -77,7 +77,7 @@ async def test_a_missing_model_is_shown_as_one_error_line(tmp_path):
 
 
 async def test_ctrl_n_starts_a_new_conversation(default_model):
-    app = EffctxApp(max_tokens=2)
+    app = EffctxApp(max_tokens=2, checkpoints=None)
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
         await wait_for(pilot, lambda: screen.ready)
@@ -101,7 +101,7 @@ async def test_the_residency_strip_and_screen_follow_a_streaming_session(default
     profile = load_profile("streaming").with_changes(
         n_ctx=512, residency=ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=380, budget=384, block_size=4)
     )
-    app = EffctxApp(profile=profile, max_tokens=2)
+    app = EffctxApp(profile=profile, max_tokens=2, checkpoints=None)
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
         await wait_for(pilot, lambda: screen.ready)
@@ -121,3 +121,23 @@ async def test_the_residency_strip_and_screen_follow_a_streaming_session(default
         assert residency.report == report
         await pilot.press("escape")
         assert app.screen is screen
+
+
+async def test_a_named_session_is_saved_and_reopened_where_it_was(default_model, tmp_path, monkeypatch):
+    from effctx_core.snapshots import SnapshotStore
+    from effctx_core.snapshots.tree import SnapshotTree
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    store = SnapshotStore(tmp_path / "store")
+    app = EffctxApp(max_tokens=4, checkpoints=store, session_name="demo")
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        await pilot.press(*"Hello", "enter")
+        await wait_for(pilot, lambda: screen.turns_done == 1 and "demo" in SnapshotTree.list_sessions())
+        tape = app.engine.tape
+    reopened = EffctxApp(max_tokens=4, checkpoints=store, session_name="demo")
+    async with reopened.run_test(size=(120, 30)) as pilot:
+        screen = reopened.session_screen
+        await wait_for(pilot, lambda: screen.ready and reopened.engine.tape == tape)
+        assert [str(w.render()) for w in screen.query_one(Transcript).children][0] == "Hello"

@@ -1,0 +1,341 @@
+"""The snapshots screen: the session's tree of snapshots, to restore, branch, rename,
+delete and compare.
+
+The screen knows a tree and two callables, not an engine: `restore(node_id)` and
+`detokenize(tokens)`, both run on thread workers because they are backend calls. The
+session screen passes the engine's; a test passes a hand-made tree and no restore.
+Tree changes made here (rename, delete) are plain data on the app thread; they and
+everything that reads tapes wait while the engine works (`is_busy`), because the
+engine writes the tree from its worker thread.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, MutableMapping
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static, Tree
+
+from effctx_core.engine import NodeRestore
+from effctx_core.snapshots.tree import SnapshotTree
+
+from ..widgets.snapshot_details import SnapshotDetails
+from ..widgets.snapshot_tree import SnapshotTreeView, restore_summary
+from .snapshot_diff import DiffReport, DiffScreen, Detokenize, describe_diff
+from .snapshot_dialogs import ConfirmDialog, RenameDialog
+
+BRANCH = "branch"  # what the screen is dismissed with after a branch
+
+
+class SnapshotCommands(Provider):
+    """The snapshots screen's keys as command palette entries."""
+
+    async def discover(self) -> Hits:
+        for name, help_text, callback in self.screen.palette_commands():
+            yield DiscoveryHit(name, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, help_text, callback in self.screen.palette_commands():
+            if (score := matcher.match(name)) > 0:
+                yield Hit(score, matcher.highlight(name), callback, help=help_text)
+
+
+class SnapshotsScreen(Screen[str | None]):
+    """Dismissed with BRANCH after a branch (the caller focuses its prompt), else None."""
+
+    COMMANDS = {SnapshotCommands}
+    BINDINGS = [
+        Binding("b", "branch", "Branch"),
+        Binding("r", "rename", "Rename"),
+        Binding("d", "delete", "Delete"),
+        Binding("m", "mark", "Mark"),
+        Binding("D,x", "diff", "Diff with mark", key_display="D"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    DEFAULT_CSS = """
+    SnapshotsScreen {
+        #snapshots-status {
+            height: 1;
+            padding: 0 1;
+            background: $panel;
+        }
+        SnapshotTreeView {
+            height: 1fr;
+            border: round $panel-lighten-2;
+            border-title-color: $foreground;
+            &:focus { border: round $accent; }
+        }
+        SnapshotDetails {
+            height: auto;
+            max-height: 12;
+            padding: 0 1;
+            border: round $panel-lighten-2;
+            border-title-color: $foreground;
+        }
+    }
+    """
+
+    class Restored(Message):
+        def __init__(self, restore: NodeRestore, branch: bool) -> None:
+            super().__init__()
+            self.restore = restore
+            self.branch = branch
+
+    class Failed(Message):
+        """A restore or a diff that raised: one line for the status bar."""
+
+        def __init__(self, what: str) -> None:
+            super().__init__()
+            self.what = what
+
+    class DiffReady(Message):
+        def __init__(self, report: DiffReport) -> None:
+            super().__init__()
+            self.report = report
+
+    def __init__(
+        self,
+        tree: SnapshotTree,
+        *,
+        detokenize: Detokenize,
+        restore: Callable[[str], NodeRestore] | None = None,
+        restores: MutableMapping[str, NodeRestore] | None = None,
+        is_busy: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """`restores` (node id -> its last restore) is shared with the caller, so restores
+        survive closing the screen; `is_busy` says the engine is running a turn."""
+        super().__init__()
+        self.snapshot_tree = tree
+        self._detokenize = detokenize
+        self._restore = restore
+        self.restores: MutableMapping[str, NodeRestore] = {} if restores is None else restores
+        self._is_busy = is_busy
+        self.marked: str | None = None
+        self.restoring: str | None = None
+        self.status_message = ""  # the last thing done, for the status bar
+        self._composed = False  # refresh_tree may be called before the widgets exist
+        self.title = "Snapshots"
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        yield Static(id="snapshots-status")
+        yield SnapshotTreeView(id="snapshot-tree")
+        yield SnapshotDetails(id="snapshot-details")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._composed = True
+        view = self.query_one(SnapshotTreeView)
+        view.border_title = "Snapshot tree"
+        self.query_one(SnapshotDetails).border_title = "Node"
+        self.refresh_tree()
+        if self.snapshot_tree.current is not None:
+            view.select_id(self.snapshot_tree.current)
+        view.focus()
+
+    @property
+    def selected(self) -> str | None:
+        return self.query_one(SnapshotTreeView).selected_id
+
+    # ------------------------------------------------------------------ painting
+
+    def refresh_tree(self) -> None:
+        """Show the tree as it is now; the session screen calls it on NodeAdded/NodeRestored."""
+        if not self._composed:
+            return
+        if self.marked is not None and self.marked not in self.snapshot_tree:
+            self.marked = None
+        self.query_one(SnapshotTreeView).show(
+            self.snapshot_tree, restores=self.restores, marked=self.marked, restoring=self.restoring
+        )
+        self._show_status()
+        self._show_details()
+
+    def _show_status(self) -> None:
+        current = self.snapshot_tree.current
+        count = len(self.snapshot_tree)
+        text = Text(f"{count} node{'s' * (count != 1)}")
+        if current is not None:
+            text.append(f" · at {self._describe(current)}")
+        if self.marked is not None:
+            text.append(f" · marked {self._describe(self.marked)}")
+        if self.status_message:
+            text.append("  │  ")
+            text.append(self.status_message, style="italic")
+        self.query_one("#snapshots-status", Static).update(text)
+
+    def _show_details(self) -> None:
+        node_id = self.selected
+        self.query_one(SnapshotDetails).show(self.snapshot_tree, node_id, self.restores.get(node_id) if node_id else None)
+
+    @on(Tree.NodeHighlighted)
+    def _highlighted(self) -> None:
+        self._show_details()
+
+    def _describe(self, node_id: str) -> str:
+        return f"{node_id} {self.snapshot_tree.node(node_id).label!r}"
+
+    def _idle(self, doing: str) -> bool:
+        """True if the engine is free for `doing`; otherwise says why not."""
+        if self.restoring is not None:
+            self.notify(f"Still restoring {self.restoring}; {doing} when it is done.", severity="warning")
+            return False
+        if self._is_busy():
+            self.notify(f"A reply is still running; {doing} when it is done.", severity="warning")
+            return False
+        return True
+
+    # ------------------------------------------------------------------ restore and branch
+
+    def action_restore(self) -> None:
+        self._start_restore(branch=False)
+
+    def action_branch(self) -> None:
+        self._start_restore(branch=True)
+
+    def _start_restore(self, branch: bool) -> None:
+        node_id = self.selected
+        if node_id is None:
+            return
+        if self._restore is None:
+            self.notify("There is no session to restore into.", severity="warning")
+            return
+        if not self._idle("restore"):
+            return
+        self.restoring = node_id
+        self.status_message = f"restoring {node_id}…"
+        self.refresh_tree()
+        self._run_restore(node_id, branch)
+
+    def restore_progress(self, done: int, total: int) -> None:
+        """A recompute's prefill progress (the session screen forwards its PrefillChunk events)."""
+        if self.restoring is not None and self._composed:
+            self.status_message = f"restoring {self.restoring}… recomputed {done:,}/{total:,} tokens"
+            self._show_status()
+
+    @work(thread=True, group="snapshot-restore", exit_on_error=False)
+    def _run_restore(self, node_id: str, branch: bool) -> None:
+        try:
+            restore = self._restore(node_id)
+        except Exception as exc:  # the console must survive a failed restore; show one line
+            self.post_message(self.Failed(f"restore of {node_id} failed: {exc}"))
+        else:
+            self.post_message(self.Restored(restore, branch))
+
+    @on(Restored)
+    def _restored(self, message: Restored) -> None:
+        restore = message.restore
+        self.restoring = None
+        self.restores[restore.node] = restore
+        self.status_message = f"restored {restore.node}: {restore_summary(restore)}"
+        self.refresh_tree()
+        if message.branch and self.is_current:
+            self.dismiss(BRANCH)
+
+    @on(Failed)
+    def _failed(self, message: Failed) -> None:
+        self.restoring = None
+        self.status_message = message.what
+        self.refresh_tree()
+        self.notify(message.what, severity="error")
+
+    # ------------------------------------------------------------------ rename and delete
+
+    def action_rename(self) -> None:
+        node_id = self.selected
+        if node_id is None:
+            return
+
+        def rename(label: str | None) -> None:
+            if label is not None and node_id in self.snapshot_tree:
+                self.snapshot_tree.rename(node_id, label)
+                self.status_message = f"renamed {node_id}"
+                self.refresh_tree()
+
+        self.app.push_screen(RenameDialog(node_id, self.snapshot_tree.node(node_id).label), rename)
+
+    def action_delete(self) -> None:
+        node_id = self.selected
+        if node_id is None:
+            return
+        node = self.snapshot_tree.node(node_id)
+        if node.parent is None:
+            self.notify("The root cannot be deleted; delete its children instead.", severity="warning")
+            return
+        if not self._idle("delete"):
+            return
+        below = self._descendants(node_id)
+        what = f"and its {below} descendant{'s' * (below != 1)}" if below else "(it has no children)"
+        question = f"Delete {self._describe(node_id)} {what}? Their saved states stay in the store."
+
+        def delete(yes: bool) -> None:
+            if not yes or node_id not in self.snapshot_tree or not self._idle("delete"):
+                return
+            removed = self.snapshot_tree.delete_subtree(node_id)
+            for gone in removed:
+                self.restores.pop(gone, None)
+            self.status_message = f"deleted {len(removed)} node{'s' * (len(removed) != 1)}"
+            self.refresh_tree()
+            self.query_one(SnapshotTreeView).select_id(node.parent)
+
+        self.app.push_screen(ConfirmDialog(question), delete)
+
+    def _descendants(self, node_id: str) -> int:
+        children = self.snapshot_tree.children(node_id)
+        return len(children) + sum(self._descendants(c.id) for c in children)
+
+    # ------------------------------------------------------------------ diff
+
+    def action_mark(self) -> None:
+        node_id = self.selected
+        if node_id is None:
+            return
+        self.marked = None if self.marked == node_id else node_id
+        self.status_message = "select another node and press D to compare" if self.marked else "mark cleared"
+        self.refresh_tree()
+
+    def action_diff(self) -> None:
+        node_id = self.selected
+        if self.marked is None:
+            self.notify("Mark a node with m first, then select another and press D.", severity="warning")
+            return
+        if node_id is None or node_id == self.marked:
+            self.notify("Select a node other than the marked one.", severity="warning")
+            return
+        if not self._idle("compare"):
+            return
+        self._run_diff(self.marked, node_id)
+
+    @work(thread=True, group="snapshot-diff", exclusive=True, exit_on_error=False)
+    def _run_diff(self, a: str, b: str) -> None:
+        try:
+            report = describe_diff(self.snapshot_tree, a, b, self._detokenize)
+        except Exception as exc:
+            self.post_message(self.Failed(f"diff of {a} and {b} failed: {exc}"))
+        else:
+            self.post_message(self.DiffReady(report))
+
+    @on(DiffReady)
+    def _diff_ready(self, message: DiffReady) -> None:
+        self.app.push_screen(DiffScreen(message.report))
+
+    # ------------------------------------------------------------------ the rest
+
+    def action_back(self) -> None:
+        self.dismiss(None)
+
+    def palette_commands(self) -> Iterable[tuple[str, str, Callable[[], None]]]:
+        yield "Restore snapshot", "Go back to the selected node", self.action_restore
+        yield "Branch from snapshot", "Restore the selected node and continue from it", self.action_branch
+        yield "Rename snapshot", "Give the selected node a new label", self.action_rename
+        yield "Delete snapshot", "Delete the selected node and everything below it", self.action_delete
+        yield "Mark snapshot for diff", "Compare it later with another node", self.action_mark
+        yield "Diff with marked snapshot", "Where the marked and the selected node part", self.action_diff
