@@ -19,22 +19,15 @@ from pathlib import Path
 import pytest
 
 from effctx_core.contract import SessionSnapshot
-from effctx_core.identity import RuntimeIdentity
 from effctx_core.snapshots import (
     CorruptSnapshotError, ForeignSnapshotError, SnapshotStore, SnapshotStoreError, key_for, load_snapshot,
     save_snapshot,
 )
 from effctx_core.snapshots.blobfile import BlobDamage, read_blob
+from identities import identity
 
 REPO = str(Path(__file__).resolve().parents[1])
 CHILD_ENV = {**os.environ, "PYTHONPATH": REPO}
-
-
-def identity(**changes) -> RuntimeIdentity:
-    base = dict(backend="llama", backend_version="0.3.36", model_sha256="ab" * 32, kv_cache_type_k="f16",
-                kv_cache_type_v="f16", flash_attn=False, n_batch=512, residency="none", chat_format="gemma",
-                add_bos=True)
-    return RuntimeIdentity(**{**base, **changes})
 
 
 ID = identity().digest()

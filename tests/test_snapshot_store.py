@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from effctx_core.cli import _Parser
 from effctx_core.contract import EffctxError, SessionSnapshot
-from effctx_core.identity import RuntimeIdentity
 from effctx_core.snapshots import (
     BUDGET_ENV, AmbiguousSnapshotIdError, SnapshotBudgetError, SnapshotError, SnapshotInUseError,
     SnapshotNotFoundError, SnapshotStore, SnapshotStoreError, decode, encode, key_for, load_snapshot,
@@ -28,15 +27,9 @@ from effctx_core.snapshots import (
 from effctx_core.snapshots.blobfile import HEADER_BYTES
 from effctx_core.snapshots.budget import BUDGET_CAP, BUDGET_FLOOR, default_budget
 from effctx_core.snapshots_cli import add_parser, cmd_snapshots
+from identities import identity
 
 T0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
-
-
-def identity(**changes) -> RuntimeIdentity:
-    base = dict(backend="llama", backend_version="0.3.36", model_sha256="ab" * 32, kv_cache_type_k="f16",
-                kv_cache_type_v="f16", flash_attn=False, n_batch=512, residency="none", chat_format="gemma",
-                add_bos=True)
-    return RuntimeIdentity(**{**base, **changes})
 
 
 ID = identity().digest()

@@ -10,14 +10,8 @@ from textual.widgets import Input, ProgressBar
 from effctx_tui.app import EffctxApp
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
+from pilot_wait import wait_for
 
-
-async def wait_for(pilot, condition, seconds: float = 60.0) -> None:
-    for _ in range(int(seconds / 0.02)):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 def status_text(screen) -> str:

@@ -23,16 +23,10 @@ from effctx_tui.screens.snapshots import SnapshotsScreen
 from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, state_size
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
+from pilot_wait import wait_for
 
 HELLO, TWO_PLUS_TWO, JOKE = "Hello", "What is two plus two?", "Tell me a joke"
 
-
-async def wait_for(pilot, condition, seconds: float = 60.0) -> None:
-    for _ in range(int(seconds / 0.02)):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 def tree_lines(screen: SnapshotsScreen) -> list[str]:
