@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Literal
 
 from textual import work
-from textual.app import App
 
 from effctx_core.contract import EffctxError
 from effctx_core.engine import SessionEngine
@@ -16,6 +15,7 @@ from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree import SnapshotTree
 from effctx_core.trace import Event, ModelProgress
 
+from .console import ConsoleApp
 from .messages import EngineEvent, EngineFailed, EngineReady
 from .screens.session import SessionScreen
 
@@ -24,8 +24,9 @@ from .screens.session import SessionScreen
 USER_CACHE = "user-cache"
 
 
-class EffctxApp(App):
-    CSS_PATH = "effctx.tcss"
+class EffctxApp(ConsoleApp):
+    """The console over a SessionEngine; stylesheet, themes, help and palette come from ConsoleApp."""
+
     TITLE = "effctx"
 
     def __init__(

@@ -31,6 +31,7 @@ from ..widgets.residency_strip import ResidencyStrip
 from ..widgets.status_line import StatusLine
 from .residency import ResidencyScreen
 from .snapshots import BRANCH, SnapshotsScreen
+from .timings import TimingsScreen, engine_timeline
 from ..widgets.snapshot_tree import restore_summary
 from ..widgets.transcript import Transcript
 
@@ -57,6 +58,7 @@ class SessionScreen(Screen):
         Binding("ctrl+n", "new_conversation", "New conversation"),
         Binding("ctrl+r", "residency", "Residency"),
         Binding("ctrl+t", "snapshots", "Snapshots"),
+        Binding("ctrl+g", "timings", "Timings"),
         Binding("ctrl+q", "app.quit", "Quit"),
     ]
 
@@ -68,6 +70,8 @@ class SessionScreen(Screen):
         self.turns_done = 0
         self.last_result: TurnResult | None = None
         self._residency_screen: ResidencyScreen | None = None
+        # Fed with every event from the start, so the timings screen has the history.
+        self.timeline = engine_timeline(lambda: self.app.engine)
         self._snapshots_screen: SnapshotsScreen | None = None
         self.restores: dict[str, NodeRestore] = {}  # node id -> its last restore, for the snapshots screen
         self._n_ctx = 0
@@ -148,6 +152,9 @@ class SessionScreen(Screen):
         )
         self.app.push_screen(self._snapshots_screen, self._snapshots_closed)
 
+    def action_timings(self) -> None:
+        self.app.push_screen(TimingsScreen(self.timeline))
+
     def _snapshots_open(self) -> bool:
         return self._snapshots_screen is not None and self._snapshots_screen.is_attached
 
@@ -174,6 +181,7 @@ class SessionScreen(Screen):
 
     def on_engine_event(self, message: EngineEvent) -> None:
         event = message.event
+        self.timeline.feed(event)
         if isinstance(event, (NodeAdded, NodeRestored)):
             self.app.save_session()
             if isinstance(event, NodeRestored):

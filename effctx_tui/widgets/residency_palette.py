@@ -1,10 +1,14 @@
 """The colours of the block classes, shared by every widget that draws the tape.
 
-Each widget exposes them as component classes (`<widget>--sink`, `--recent`, …) so a
-theme or the app stylesheet can restyle them; these are only the defaults. The hues are
-fixed rather than theme variables because the built-in themes reuse one hue for several
-roles (textual-dark's accent and warning are the same orange) and five classes need five
-hues that stay apart. `background` is the cell, `color` the marks drawn on it.
+Each widget exposes them as component classes (`<widget>--sink`, `--recent`, …). The
+console's themes set them through their own variables (`$residency-sink`, `…-sink-mark`,
+`$residency-cursor`, see `theme_variables`), mapped onto the components in effctx.tcss.
+The widgets' DEFAULT_CSS keeps fixed hex colours rather than those variables because a
+variable unknown to the running App fails the stylesheet, and the widgets must also work
+in a plain App (tests, other tools). Themes without the variables (Textual's own) get
+these same hues: they reuse one hue for several roles (textual-dark's accent and warning
+are the same orange) and five classes need five hues that stay apart. `background` is
+the cell, `color` the marks drawn on it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,16 @@ CLASS_COLOURS: dict[BlockClass, tuple[str, str]] = {
     BlockClass.EVICTED: ("#5c2a33", "#a8505f"),
 }
 CURSOR_COLOUR = "#ffffff"
+
+
+def theme_variables() -> dict[str, str]:
+    """Each residency theme variable with its default, for `App.get_theme_variable_defaults`."""
+    variables = {}
+    for cls, (cell, mark) in CLASS_COLOURS.items():
+        variables[f"residency-{cls.label}"] = cell
+        variables[f"residency-{cls.label}-mark"] = mark
+    variables["residency-cursor"] = CURSOR_COLOUR
+    return variables
 
 
 def component_names(prefix: str) -> dict[BlockClass, str]:

@@ -1,0 +1,138 @@
+"""Every key of the console, screen by screen, read from the BINDINGS themselves so the
+list cannot drift from what the keys do.
+
+Screens are found by importing every module of this package, so a new screen shows up
+here without an edit. A screen's keys also include those of the effctx widgets it hosts
+(listed in HOSTED_WIDGETS: which widgets a screen composes is only known at run time);
+Textual's own widgets (Input, Tree, OptionList) keep their usual keys and are left out.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+# Sections come in this order; screens not named here follow, alphabetically.
+ORDER = ("SessionScreen", "ResidencyScreen", "SnapshotsScreen", "DiffScreen")
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    rows: tuple[tuple[str, str], ...]  # (keys as the footer shows them, description)
+
+
+def _bindings(cls: type) -> list[Binding]:
+    """The bindings that effctx classes in cls's MRO declare, most derived first."""
+    found: list[Binding] = []
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] != "effctx_tui":
+            continue
+        items: list[BindingType] = klass.__dict__.get("BINDINGS", [])
+        found += [item if isinstance(item, Binding) else Binding(*item) for item in items]
+    return found
+
+
+def key_display(app: App, binding: Binding) -> str:
+    if binding.key_display:
+        return binding.key_display
+    keys = [key.strip() for key in binding.key.split(",")]
+    return " ".join(app.get_key_display(Binding(key, binding.action)) for key in keys)
+
+
+def rows(app: App, classes: list[type]) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (key_display(app, binding), binding.description)
+        for cls in classes
+        for binding in _bindings(cls)
+        if binding.description  # an action without a description is not the user's
+    )
+
+
+def _title(cls: type) -> str:
+    words = re.findall(r"[A-Z][a-z]*", cls.__name__)
+    if words and words[-1] == "Screen":
+        words.pop()
+    return " ".join([words[0], *(w.lower() for w in words[1:])])
+
+
+def screen_classes() -> list[type[Screen]]:
+    from .. import screens
+
+    found: list[type[Screen]] = []
+    for info in pkgutil.iter_modules(screens.__path__):
+        module = importlib.import_module(f"{screens.__name__}.{info.name}")
+        found += [
+            value for value in vars(module).values()
+            if isinstance(value, type) and issubclass(value, Screen) and value.__module__ == module.__name__
+        ]
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return sorted(found, key=lambda cls: (rank.get(cls.__name__, len(ORDER)), cls.__name__))
+
+
+def hosted_widgets() -> dict[str, list[type]]:
+    from ..widgets.residency_view import ResidencyView
+    from ..widgets.snapshot_tree import SnapshotTreeView
+
+    return {"ResidencyScreen": [ResidencyView], "SnapshotsScreen": [SnapshotTreeView]}
+
+
+def sections(app: App) -> list[Section]:
+    everywhere = rows(app, [type(app)])
+    if app.ENABLE_COMMAND_PALETTE:
+        palette = Binding(app.COMMAND_PALETTE_BINDING, "command_palette", "Command palette")
+        everywhere += ((key_display(app, palette), palette.description),)
+    found = [Section("Everywhere", everywhere)]
+    widgets = hosted_widgets()
+    for cls in screen_classes():
+        if cls is HelpScreen:
+            continue
+        section = Section(_title(cls), rows(app, [cls, *widgets.get(cls.__name__, [])]))
+        if section.rows:
+            found.append(section)
+    return found
+
+
+def section_text(section: Section, key_width: int) -> Text:
+    text = Text()
+    for keys, description in section.rows:
+        text.append(f"{keys:>{key_width}}", style="bold")
+        text.append(f"  {description}\n")
+    text.rstrip()
+    return text
+
+
+class HelpScreen(Screen):
+    BINDINGS = [Binding("escape,f1,q", "app.pop_screen", "Close", key_display="esc")]
+
+    DEFAULT_CSS = """
+    HelpScreen {
+        #help-body { padding: 0 2; }
+        .help-title { color: $accent; text-style: bold; margin-top: 1; }
+        .help-keys { color: $foreground; }
+    }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.title = "Keys"
+
+    def compose(self) -> ComposeResult:
+        found = sections(self.app)
+        width = max((len(keys) for section in found for keys, _ in section.rows), default=0)
+        yield Header(show_clock=False)
+        with VerticalScroll(id="help-body"):
+            for section in found:
+                slug = section.title.lower().replace(" ", "-")
+                yield Static(section.title, classes="help-title")
+                yield Static(section_text(section, width), id=f"help-{slug}", classes="help-keys")
+        yield Footer()

@@ -1,0 +1,150 @@
+"""The timings screen: prefill and decode speed, TTFT, reuse and residency over the
+session, and why each turn reused what it reused.
+
+The screen reads a Timeline the session screen feeds with every engine event, from
+the first one on, so the history is there when the screen opens. Events can arrive
+hundreds of times a second while decoding; the screen polls the timeline's version at
+10 Hz instead of redrawing per event.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from effctx_core.timeline import Explanation, Timeline
+
+from ..widgets.timing_charts import CHARTS, REUSED
+
+if TYPE_CHECKING:
+    from effctx_core.engine import SessionEngine
+
+REFRESH_SECONDS = 0.1
+
+def engine_timeline(engine: Callable[[], "SessionEngine | None"]) -> Timeline:
+    """A timeline that reads the tape and text from an engine that may open later."""
+    return Timeline(
+        detokenize=lambda tokens: engine().detokenize(tokens),
+        tape=lambda: engine().tape if engine() is not None else (),
+    )
+
+
+def _quoted(text: str) -> str:
+    return repr(text) if text else "nothing"
+
+
+def explanation_row(e: Explanation, ttft_ms: float | None) -> list[Text | str]:
+    why = Text(e.detail)
+    if e.divergence is not None:
+        d = e.divergence
+        why.append(f"\nat token {e.diverged_at:,} after {_quoted(d.before)}: was {_quoted(d.old)}, now {_quoted(d.new)}",
+                   style="italic")
+    return [
+        str(e.turn),
+        Text(f"{e.reused:,}", style=REUSED),
+        f"{e.computed:,}",
+        f"{e.dropped:,}",
+        f"{e.evicted:,}",
+        "" if ttft_ms is None else f"{ttft_ms:,.1f}",
+        Text(e.cause, style="bold"),
+        why,
+    ]
+
+
+def explanation_table(timeline: Timeline) -> Table:
+    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
+    for name in ("turn", "reused", "computed", "dropped", "evicted", "TTFT ms"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("cause", no_wrap=True)
+    table.add_column("why", ratio=1)
+    for e in timeline.explanations():
+        table.add_row(*explanation_row(e, timeline.turns[e.turn].ttft_ms))
+    return table
+
+
+def summary(timeline: Timeline) -> Text:
+    records = [r for r in timeline.records() if r.check is not None]
+    reused = sum(r.reused for r in records)
+    computed = sum(r.computed for r in records)
+    chunks = timeline.chunks()
+    gaps = timeline.token_gaps()
+    text = Text(f"{len(records)} turns\n", style="bold")
+    text.append(f"reused {reused:,} · computed {computed:,}")
+    if reused + computed:
+        text.append(f" ({reused / (reused + computed):.0%} reused)")
+    if chunks:
+        tokens, ms = sum(c.tokens for c in chunks), sum(c.ms for c in chunks)
+        text.append(f"\nprefill {tokens / (ms / 1000):,.0f} tok/s over {tokens:,} tokens" if ms else "")
+    if gaps:
+        text.append(f"\ndecode {sum(g.gap_ms for g in gaps) / len(gaps):,.1f} ms/token (mean gap)")
+    if timeline.resident:
+        text.append(f"\nresident now {timeline.resident[-1][1]:,} tokens")
+    return text
+
+
+class TimingsScreen(Screen):
+    BINDINGS = [Binding("escape", "back", "Back")]
+
+    DEFAULT_CSS = """
+    TimingsScreen {
+        #timings-charts {
+            grid-size: 3 2;
+            height: 2fr;
+        }
+        PlotextPlot, #timings-summary {
+            border: round $panel-lighten-2;
+            height: 1fr;
+        }
+        #timings-summary { padding: 0 1; }
+        #timings-explainer {
+            height: 1fr;
+            border: round $panel-lighten-2;
+            border-title-color: $foreground;
+            &:focus { border: round $accent; }
+        }
+    }
+    """
+
+    def __init__(self, timeline: Timeline) -> None:
+        super().__init__()
+        self.timeline = timeline
+        self._drawn = -1  # the timeline version on screen
+        self.title = "Timings"
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        with Grid(id="timings-charts"):
+            for chart in CHARTS:
+                yield chart()
+            yield Static(id="timings-summary")
+        with VerticalScroll(id="timings-explainer"):
+            yield Static(id="timings-table")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#timings-explainer").border_title = "Why each turn reused what it reused"
+        self.query_one("#timings-summary").border_title = "Session"
+        self.redraw()
+        self.set_interval(REFRESH_SECONDS, self._poll)
+
+    def _poll(self) -> None:
+        if self.timeline.version != self._drawn:
+            self.redraw()
+
+    def redraw(self) -> None:
+        self._drawn = self.timeline.version
+        for chart in CHARTS:
+            self.query_one(chart).draw(self.timeline)
+        self.query_one("#timings-summary", Static).update(summary(self.timeline))
+        self.query_one("#timings-table", Static).update(explanation_table(self.timeline))
+        self.sub_title = f"{len(self.timeline.turns)} turns"
+
+    def action_back(self) -> None:
+        self.app.pop_screen()

@@ -1,0 +1,99 @@
+"""The help screen (f1, or ? where no Input has the focus) lists every key of every
+screen; every key is also a command in the palette and shown in the footer."""
+
+from __future__ import annotations
+
+from textual.app import App
+from textual.widgets import Footer, Input, Static
+from textual.widgets._footer import FooterKey
+from theme_fixtures import SIZE, StripApp, ThemedResidencyApp, config_home  # noqa: F401 - fixture
+
+from effctx_tui.console import ConsoleApp
+from effctx_tui.screens.help import HelpScreen
+from effctx_tui.screens.session import SessionScreen
+
+
+class SessionApp(ConsoleApp):
+    """The session screen without an engine: its keys, footer and palette are all we need."""
+
+    def on_mount(self) -> None:
+        self.push_screen(SessionScreen(16))
+
+
+def help_rows(app: App, section: str) -> list[tuple[str, str]]:
+    text = str(app.screen.query_one(f"#help-{section}", Static).render())
+    return [tuple(line.strip().split("  ", 1)) for line in text.splitlines()]
+
+
+async def test_f1_opens_the_help_and_f1_or_escape_closes_it(config_home):
+    app = StripApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("f1")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("f1", "escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_question_mark_opens_the_help_but_is_typed_into_the_prompt(config_home):
+    residency = ThemedResidencyApp()
+    async with residency.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(residency.screen, HelpScreen)
+    session = SessionApp()
+    async with session.run_test(size=SIZE) as pilot:
+        prompt = session.screen.query_one(Input)
+        prompt.disabled = False  # no engine will ever enable it
+        prompt.focus()
+        await pilot.press("question_mark")
+        assert prompt.value == "?"
+        assert isinstance(session.screen, SessionScreen)
+
+
+async def test_the_help_lists_the_session_screen_s_keys_exactly(config_home):
+    app = SessionApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f1")
+        assert help_rows(app, "session") == [
+            ("esc", "Stop reply"),
+            ("^n", "New conversation"),
+            ("^r", "Residency"),
+            ("^t", "Snapshots"),
+            ("^g", "Timings"),
+            ("^q", "Quit"),
+        ]
+        assert help_rows(app, "everywhere") == [
+            ("f1", "Help"), ("f2", "Theme"), ("^q", "Quit"), ("^p", "Command palette")]
+
+
+async def test_every_screen_has_a_section_with_the_keys_of_the_widgets_it_hosts(config_home):
+    app = StripApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f1")
+        titles = [str(w.render()) for w in app.screen.query(".help-title")]
+        assert titles == ["Everywhere", "Session", "Residency", "Snapshots", "Diff",
+                          "Confirm dialog", "Rename dialog", "Timings"]
+        assert help_rows(app, "residency") == [
+            ("esc", "Back"), ("←→", "Block"), ("→ l", "Next block"), ("↑↓", "Row"), ("↓ j", "Next row"),
+            ("pgup", "Page up"), ("pgdn", "Page down"), ("home", "First block"), ("end", "Last block"),
+            ("z +", "Zoom"), ("Z -", "Zoom out"),
+        ]
+        assert help_rows(app, "snapshots")[-1] == ("⏎", "Restore")  # the tree's own key
+
+
+async def test_every_session_key_is_a_palette_command_and_in_the_footer(config_home):
+    app = SessionApp()
+    async with app.run_test(size=(160, 30)):
+        screen = app.screen
+        titles = {command.title for command in app.get_system_commands(screen)}
+        assert {"Stop reply", "New conversation", "Residency", "Snapshots", "Timings", "Quit",
+                "Help", "Next theme"} <= titles
+        footer = [(key.key_display, key.description) for key in screen.query_one(Footer).query(FooterKey)]
+        assert footer == [("esc", "Stop reply"), ("^n", "New conversation"), ("^r", "Residency"),
+                          ("^t", "Snapshots"), ("^g", "Timings"), ("^q", "Quit"), ("f1", "Help"), ("f2", "Theme"),
+                          ("^p", "palette")]
+
+
+def test_snapshot_the_help_screen(snap_compare, config_home):
+    assert snap_compare(StripApp(theme="effctx-dark"), press=["f1"], terminal_size=(90, 60))
