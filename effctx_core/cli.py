@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     passkey.add_argument("--seeds", type=int, default=1, metavar="N", help="keys per length and depth")
     passkey.add_argument("--json", action="store_true")
 
+    cells = sub.add_parser("cells", help="the cells this machine can run: backend x profile x model, with capabilities")
+    add_runtime_options(cells)
+    cells.add_argument("--json", action="store_true")
+
     add_snapshots_parser(sub)
     add_sessions_parser(sub)
 
@@ -413,6 +417,28 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cells(args: argparse.Namespace) -> int:
+    from .cells import list_cells
+
+    profile = profile_from_args(args)
+    path = model_from_args(args, profile)
+    cells = list_cells(path, path.name)
+    if args.json:
+        print(json.dumps([c.to_dict() for c in cells], indent=2))
+        return 0
+    print(f"{'backend':9}{'profile':14}{'n_ctx':>7}  {'K/V':12}{'FA':4}{'policy':11}{'shift':7}{'exact':7}status")
+    for c in cells:
+        p = c.profile_record
+        kv = f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-"
+        caps = c.info.capabilities if c.info else None
+        print(f"{c.backend:9}{c.profile:14}{(c.info.n_ctx if c.info else 0):>7}  {kv:12}"
+              f"{('on' if p and p.flash_attn else 'off') if p else '-':4}{(p.residency.policy if p else '-'):11}"
+              f"{('yes' if caps and caps.position_shift else 'no') if caps else '-':7}"
+              f"{('yes' if caps and caps.exact_snapshot_replay else 'no') if caps else '-':7}"
+              f"{'ok: ' if c.runnable else 'unsupported: '}{c.reason}")
+    return 0
+
+
 def profile_dict(profile: Profile) -> dict:
     data = asdict(profile)
     data["n_threads"] = profile.n_threads
@@ -459,6 +485,7 @@ def cmd_model(args: argparse.Namespace) -> int:
 COMMANDS = {
     "info": cmd_info, "run": cmd_run, "bench": cmd_bench, "smoke": cmd_smoke,
     "profiles": cmd_profiles, "model": cmd_model, "snapshots": cmd_snapshots, "sessions": cmd_sessions,
+    "cells": cmd_cells,
 }
 
 

@@ -31,6 +31,7 @@ from .residency import BlockClass, ResidencyReport, Segment
 from .residency.planners import PlannerCaps
 from .residency.tracker import ResidencyTracker
 from .trace import (
+    CellSwapped,
     ErrorRaised,
     Event,
     NodeAdded,
@@ -64,6 +65,17 @@ class NodeRestore:
     mode: str  # "exact" (its saved state) or "recompute" (its tokens prefilled again)
     tokens: int
     recomputed: int  # tokens prefilled to get there
+    ms: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class SwapResult:
+    old_profile: str
+    new_profile: str
+    mode: str  # "exact" (state carried over) or "recompute" (the tape prefilled again)
+    tokens: int
+    recomputed: int
     ms: float
     reason: str
 
@@ -129,12 +141,7 @@ class SessionEngine:
     def open(self) -> ModelInfo:
         with self._lock:
             if self._session is None:
-                session = self._backend.open(self.model_path, self.profile)
-                try:
-                    self._attach_residency(session)
-                except EffctxError:
-                    session.close()
-                    raise
+                session, self._tracker, self._executor = self._open_cell(self._backend, self.profile)
                 self._session = session
                 info = session.info
                 self.tree.add(None, (), "root", info.identity.digest(), label="start")
@@ -147,16 +154,67 @@ class SessionEngine:
                 )
             return self._session.info
 
-    def _attach_residency(self, session: Session) -> None:
-        caps = PlannerCaps(attention_scores=False)
-        config = self.profile.residency
-        if config.policy == "scored" and not caps.attention_scores:
-            raise UnsupportedFeatureError(
-                f"the scored policy needs attention scores, and the {session.info.backend} backend does not supply them"
-            )
-        self._executor = self._backend.residency_executor(session)
-        self._executor.check_supported(config.policy)
-        self._tracker = ResidencyTracker(config, self.profile.budget_tokens, caps)
+    def _open_cell(self, backend, profile: Profile) -> tuple[Session, ResidencyTracker, object]:
+        """A session of `profile` with its residency tracker and executor, or an error
+        and nothing left open."""
+        session = backend.open(self.model_path, profile)
+        try:
+            caps = PlannerCaps(attention_scores=False)
+            config = profile.residency
+            if config.policy == "scored" and not caps.attention_scores:
+                raise UnsupportedFeatureError(
+                    f"the scored policy needs attention scores, and the {session.info.backend} backend does not supply them"
+                )
+            executor = backend.residency_executor(session)
+            executor.check_supported(config.policy)
+        except EffctxError:
+            session.close()
+            raise
+        return session, ResidencyTracker(config, profile.budget_tokens, caps), executor
+
+    def swap(self, profile: Profile) -> "SwapResult":
+        """Move the running conversation to another cell (profile, backend).
+
+        The new session is opened first; the tape goes over exactly (the old state
+        restored) when the runtime identity allows it, otherwise it is recomputed, which
+        is reported with its cost. Then the old session is closed. The tree is kept.
+        """
+        with self._lock:
+            old = self.session
+            backend = get_backend(profile.backend)
+            t0 = time.perf_counter_ns()
+            session, tracker, executor = self._open_cell(backend, profile)
+            tape = list(self._tape)
+            try:
+                if session.info.identity == old.info.identity and not self.residency.evicts:
+                    session.restore(old.snapshot())
+                    if list(session.tokens) != tape:
+                        session.ensure_prefix(tape)  # a stop text the tape had dropped
+                    mode, recomputed = "exact", 0
+                    reason = "same runtime identity: the state was carried over"
+                else:
+                    diff = ", ".join(f"{n} {a!r} -> {b!r}" for n, a, b in old.info.identity.differences(session.info.identity))
+                    mode, reason = "recompute", f"another runtime identity ({diff or 'residency policy'})"
+                    recomputed = len(tape)
+            except EffctxError:
+                session.close()
+                raise
+            old_profile = self.profile
+            self._session, self._tracker, self._executor = session, tracker, executor
+            self._backend, self.profile = backend, profile
+            old.close()
+            if mode == "recompute":
+                self._tape = []
+                self._prefill(tape, Segment.OTHER, self._turns, 0)
+            else:
+                tracker.reset(Segment.OTHER, len(tape))
+            result = SwapResult(old_profile.name, profile.name, mode, len(tape), recomputed,
+                                (time.perf_counter_ns() - t0) / 1e6, reason)
+            info = session.info
+            self._emit(CellSwapped, old_profile=result.old_profile, new_profile=result.new_profile, mode=mode,
+                       tokens=result.tokens, recomputed=recomputed, ms=round(result.ms, 3), reason=reason,
+                       backend=info.backend, n_ctx=info.n_ctx, identity=info.identity.digest())
+            return result
 
     @property
     def session(self) -> Session:

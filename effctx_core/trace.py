@@ -141,6 +141,21 @@ class NodeRestored(Event):
 
 
 @dataclass(frozen=True)
+class CellSwapped(Event):
+    kind: ClassVar[str] = "swap"
+    old_profile: str
+    new_profile: str
+    mode: str  # exact or recompute
+    tokens: int
+    recomputed: int
+    ms: float
+    reason: str
+    backend: str
+    n_ctx: int
+    identity: str
+
+
+@dataclass(frozen=True)
 class SnapshotTaken(Event):
     kind: ClassVar[str] = "snapshot"
     tokens: int

@@ -1,0 +1,58 @@
+"""Cells and live swap on the real default model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from effctx_core.contract import DecodeConfig
+from effctx_core.engine import SessionEngine
+from effctx_core.profiles import load_profile
+
+EFFCTX = str(Path(sys.executable).with_name("effctx"))
+
+
+def test_cells_lists_every_profile_and_the_backends_it_cannot_run(default_model):
+    out = subprocess.run([EFFCTX, "cells", "--json"], capture_output=True, text=True, timeout=120)
+    cells = {(c["backend"], c["profile"]): c for c in json.loads(out.stdout)}
+    assert {("llama", "exact"), ("llama", "fast-long"), ("llama", "q8"), ("llama", "streaming")} <= set(cells)
+    assert cells[("llama", "fast-long")]["capabilities"]["position_shift"] is False
+    assert cells[("llama", "streaming")]["reason"] == "no length limit: the streaming policy keeps at most 1024 tokens resident"
+    assert cells[("openvino", "-")] ["runnable"] is False
+    assert all(c["limits"] for c in cells.values() if c["runnable"])
+
+
+@pytest.fixture
+def engine(default_model):
+    eng = SessionEngine(default_model, load_profile("exact").with_changes(n_ctx=1024))
+    eng.open()
+    yield eng
+    eng.close()
+
+
+def test_a_swap_within_the_same_identity_carries_the_state_over(engine):
+    engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+    expected = engine.complete(" And", DecodeConfig(max_tokens=6)).text
+    node = engine.tree.current
+    tape = engine.tape
+    engine.restore_node(engine.tree.node(node).parent)
+    result = engine.swap(load_profile("exact").with_changes(n_ctx=2048))
+    assert (result.mode, result.recomputed) == ("exact", 0)
+    assert engine.info.n_ctx == 2048
+    assert engine.complete(" And", DecodeConfig(max_tokens=6)).text == expected
+    assert engine.tape == tape
+
+
+def test_a_swap_to_another_kv_type_recomputes_and_says_why(engine):
+    engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+    tape = engine.tape
+    result = engine.swap(load_profile("q8").with_changes(n_ctx=1024))
+    assert result.mode == "recompute" and result.recomputed == len(tape)
+    assert "kv_cache_type_k 'f16' -> 'q8_0'" in result.reason
+    assert engine.tape == tape and list(engine.session.tokens) == list(tape)
+    assert engine.complete(" Then", DecodeConfig(max_tokens=2)).reused == len(tape)
+    assert len(engine.tree) == 3  # nothing of the tree is lost
