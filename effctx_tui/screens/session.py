@@ -11,9 +11,11 @@ from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
 from effctx_core.contract import DecodeConfig, EffctxError, TurnResult
 from effctx_core.engine import NodeRestore
+from effctx_core.cells import list_cells
 from effctx_core.residency import OBSERVED
 from effctx_core.snapshots.tree import SnapshotTree
 from effctx_core.trace import (
+    CellSwapped,
     ErrorRaised,
     ModelProgress,
     NodeAdded,
@@ -31,6 +33,7 @@ from ..widgets.residency_strip import ResidencyStrip
 from ..widgets.status_line import StatusLine
 from .residency import ResidencyScreen
 from .snapshots import BRANCH, SnapshotsScreen
+from .cells import CellsScreen
 from .timings import TimingsScreen, engine_timeline
 from ..widgets.snapshot_tree import restore_summary
 from ..widgets.transcript import Transcript
@@ -59,6 +62,7 @@ class SessionScreen(Screen):
         Binding("ctrl+r", "residency", "Residency"),
         Binding("ctrl+t", "snapshots", "Snapshots"),
         Binding("ctrl+g", "timings", "Timings"),
+        Binding("ctrl+o", "cells", "Cells"),
         Binding("ctrl+q", "app.quit", "Quit"),
     ]
 
@@ -152,6 +156,17 @@ class SessionScreen(Screen):
         )
         self.app.push_screen(self._snapshots_screen, self._snapshots_closed)
 
+    def action_cells(self) -> None:
+        engine = self.app.engine
+        if not self.ready or engine is None:
+            return
+        self.app.push_screen(CellsScreen(
+            load=lambda: list_cells(engine.model_path, engine.model_path.name),
+            swap=lambda cell: engine.swap(cell.profile_record),
+            current=lambda: engine.profile.name,
+            is_busy=lambda: self.busy,
+        ))
+
     def action_timings(self) -> None:
         self.app.push_screen(TimingsScreen(self.timeline))
 
@@ -182,6 +197,10 @@ class SessionScreen(Screen):
     def on_engine_event(self, message: EngineEvent) -> None:
         event = message.event
         self.timeline.feed(event)
+        if isinstance(event, CellSwapped):
+            self._n_ctx = event.n_ctx
+            self.sub_title = f"{event.new_profile} · {event.backend} · n_ctx {event.n_ctx}"
+            self._refresh_residency()
         if isinstance(event, (NodeAdded, NodeRestored)):
             self.app.save_session()
             if isinstance(event, NodeRestored):

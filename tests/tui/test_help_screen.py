@@ -61,6 +61,7 @@ async def test_the_help_lists_the_session_screen_s_keys_exactly(config_home):
             ("^r", "Residency"),
             ("^t", "Snapshots"),
             ("^g", "Timings"),
+            ("^o", "Cells"),
             ("^q", "Quit"),
         ]
         assert help_rows(app, "everywhere") == [
@@ -72,7 +73,7 @@ async def test_every_screen_has_a_section_with_the_keys_of_the_widgets_it_hosts(
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f1")
         titles = [str(w.render()) for w in app.screen.query(".help-title")]
-        assert titles == ["Everywhere", "Session", "Residency", "Snapshots", "Diff",
+        assert titles == ["Everywhere", "Session", "Residency", "Snapshots", "Diff", "Cells",
                           "Confirm dialog", "Rename dialog", "Timings"]
         assert help_rows(app, "residency") == [
             ("esc", "Back"), ("←→", "Block"), ("→ l", "Next block"), ("↑↓", "Row"), ("↓ j", "Next row"),
@@ -91,7 +92,7 @@ async def test_every_session_key_is_a_palette_command_and_in_the_footer(config_h
                 "Help", "Next theme"} <= titles
         footer = [(key.key_display, key.description) for key in screen.query_one(Footer).query(FooterKey)]
         assert footer == [("esc", "Stop reply"), ("^n", "New conversation"), ("^r", "Residency"),
-                          ("^t", "Snapshots"), ("^g", "Timings"), ("^q", "Quit"), ("f1", "Help"), ("f2", "Theme"),
+                          ("^t", "Snapshots"), ("^g", "Timings"), ("^o", "Cells"), ("^q", "Quit"), ("f1", "Help"), ("f2", "Theme"),
                           ("^p", "palette")]
 
 

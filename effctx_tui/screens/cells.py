@@ -1,0 +1,159 @@
+"""The cells screen: what this machine can run, each cell's capabilities and limits, and a
+live swap of the running conversation to another cell."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from effctx_core.cells import Cell
+from effctx_core.contract import EffctxError
+from effctx_core.engine import SwapResult
+
+COLUMNS = ("backend", "profile", "n_ctx", "K/V", "FA", "swa_full", "policy", "shift", "exact replay", "status")
+
+
+def cell_row(cell: Cell, current: str | None) -> list[Text | str]:
+    p, info = cell.profile_record, cell.info
+    caps = info.capabilities if info else None
+    yes_no = lambda flag: "yes" if flag else "no"  # noqa: E731
+    name = Text(("● " if cell.profile == current else "  ") + cell.profile, style="bold" if cell.profile == current else "")
+    status = Text(cell.reason, style="" if cell.runnable else "red")
+    return [
+        cell.backend,
+        name,
+        str(info.n_ctx) if info else "-",
+        f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-",
+        ("on" if p.flash_attn else "off") if p else "-",
+        yes_no(p.swa_full) if p else "-",
+        p.residency.policy if p else "-",
+        yes_no(caps.position_shift) if caps else "-",
+        yes_no(caps.exact_snapshot_replay) if caps else "-",
+        status,
+    ]
+
+
+class CellsScreen(Screen):
+    """Lists cells (loaded by `load`, in a worker); Enter swaps to the selected one with `swap`."""
+
+    BINDINGS = [
+        Binding("enter", "swap", "Swap to cell"),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+    DEFAULT_CSS = """
+    CellsScreen {
+        #cells-note { height: auto; padding: 0 1; background: $panel; }
+        #cells-detail { height: auto; padding: 0 1; border: round $panel-lighten-2; }
+        DataTable { height: 1fr; }
+    }
+    """
+
+    class Swapped(Message):
+        def __init__(self, result: SwapResult | None, error: str | None) -> None:
+            super().__init__()
+            self.result = result
+            self.error = error
+
+    class Loaded(Message):
+        def __init__(self, cells: list[Cell]) -> None:
+            super().__init__()
+            self.cells = cells
+
+    def __init__(self, load: Callable[[], list[Cell]], swap: Callable[[Cell], SwapResult] | None,
+                 current: Callable[[], str | None], is_busy: Callable[[], bool] = lambda: False) -> None:
+        super().__init__()
+        self._load, self._swap, self._current, self._is_busy = load, swap, current, is_busy
+        self.cells: list[Cell] = []
+        self.title = "Cells"
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        yield Static("Describing every cell (each opens a context briefly)…", id="cells-note")
+        yield DataTable(id="cells-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="cells-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(*COLUMNS)
+        self._describe()
+
+    @work(thread=True, exit_on_error=False)
+    def _describe(self) -> None:
+        self.post_message(self.Loaded(self._load()))
+
+    def on_cells_screen_loaded(self, message: Loaded) -> None:
+        self.cells = message.cells
+        self._fill()
+        runnable = sum(c.runnable for c in self.cells)
+        self.query_one("#cells-note", Static).update(
+            f"{len(self.cells)} cells, {runnable} runnable here · ● the running cell · Enter swaps the conversation to the selected cell")
+
+    def _fill(self) -> None:
+        table = self.query_one(DataTable)
+        table.clear()
+        current = self._current()
+        for cell in self.cells:
+            table.add_row(*cell_row(cell, current))
+        table.focus()
+
+    @on(DataTable.RowHighlighted)
+    def _detail(self, event: DataTable.RowHighlighted) -> None:
+        if not 0 <= event.cursor_row < len(self.cells):
+            return
+        cell = self.cells[event.cursor_row]
+        text = Text()
+        text.append(f"{cell.backend} · {cell.profile} · {cell.device} · {cell.model}\n", style="bold")
+        if cell.info is not None:
+            for lim in cell.info.limits:
+                text.append(f"limit {lim.name}: {lim.tokens} tokens — {lim.reason}\n")
+            for key, why in cell.info.capabilities.reasons.items():
+                text.append(f"{key}: {why}\n", style="dim")
+        text.append(("runs: " if cell.runnable else "unsupported: ") + cell.reason)
+        self.query_one("#cells-detail", Static).update(text)
+
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        # The table takes Enter for itself (select the row); selecting a row is the swap.
+        self.action_swap()
+
+    def action_swap(self) -> None:
+        table = self.query_one(DataTable)
+        if self._swap is None or not self.cells:
+            return
+        cell = self.cells[table.cursor_row]
+        if not cell.runnable:
+            self.notify(f"{cell.profile} cannot run here: {cell.reason}", severity="warning")
+            return
+        if cell.profile == self._current():
+            self.notify("That is the running cell.")
+            return
+        if self._is_busy():
+            self.notify("A reply is still running; Esc on the session screen stops it.", severity="warning")
+            return
+        self.query_one("#cells-note", Static).update(f"swapping to {cell.profile}…")
+        self._run_swap(cell)
+
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def _run_swap(self, cell: Cell) -> None:
+        try:
+            self.post_message(self.Swapped(self._swap(cell), None))
+        except EffctxError as exc:
+            self.post_message(self.Swapped(None, str(exc)))
+
+    def on_cells_screen_swapped(self, message: Swapped) -> None:
+        note = self.query_one("#cells-note", Static)
+        if message.error:
+            note.update(f"swap failed: {message.error}")
+            self.notify(message.error, severity="error")
+            return
+        r = message.result
+        how = "state carried over" if r.mode == "exact" else f"recomputed {r.recomputed} tokens"
+        note.update(f"now on {r.new_profile}: {how} in {r.ms:.0f} ms ({r.reason})")
+        self._fill()

@@ -1,0 +1,34 @@
+"""The cells screen on the real default model: listed cells and a live swap."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable, Static
+
+from effctx_tui.app import EffctxApp
+from effctx_tui.screens.cells import CellsScreen
+from pilot_wait import wait_for
+
+
+async def test_the_cells_screen_lists_cells_and_swaps_the_conversation(default_model):
+    app = EffctxApp(max_tokens=2, checkpoints=None)
+    async with app.run_test(size=(140, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        await pilot.press(*"Hello", "enter")
+        await wait_for(pilot, lambda: screen.turns_done == 1)
+        tape = app.engine.tape
+        await pilot.press("ctrl+o")
+        cells = app.screen
+        assert isinstance(cells, CellsScreen)
+        await wait_for(pilot, lambda: len(cells.cells) > 0)
+        profiles = [c.profile for c in cells.cells]
+        assert profiles[:4] == ["exact", "fast-long", "q8", "streaming"] and profiles[-1] == "-"
+        assert cells.query_one(DataTable).row_count == len(cells.cells)
+        cells.query_one(DataTable).move_cursor(row=profiles.index("q8"))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.engine.profile.name == "q8")
+        note = cells.query_one("#cells-note", Static)
+        await wait_for(pilot, lambda: str(note.render()).startswith("now on q8: recomputed"))
+        assert app.engine.tape == tape
+        await pilot.press("escape")
+        assert "q8" in screen.sub_title
