@@ -59,6 +59,12 @@ if TYPE_CHECKING:
 Subscriber = Callable[[Event], None]
 
 
+class PrefillCancelled(EffctxError):
+    def __init__(self, done: int, total: int):
+        self.done, self.total = done, total
+        super().__init__(f"prefill cancelled after {done} of {total} tokens")
+
+
 @dataclass(frozen=True)
 class NodeRestore:
     node: str
@@ -302,12 +308,15 @@ class SessionEngine:
         before = tracker.report()
         evicted_before = before.evicted_tokens + before.cold_tokens
         t_start = time.perf_counter_ns()
-        prefix = session.ensure_prefix(cached, self._progress(turn, 0))
-        self._emit(
-            PrefixChecked, turn=turn, reused=prefix.reused, prefilled=prefix.prefilled,
-            dropped=prefix.dropped, resident=prefix.resident, reason=prefix.reason,
-        )
-        suffix_prefilled = self._prefill(new, kind, turn, prefix.resident)
+        try:
+            prefix = session.ensure_prefix(cached, self._progress(turn, 0))
+            self._emit(
+                PrefixChecked, turn=turn, reused=prefix.reused, prefilled=prefix.prefilled,
+                dropped=prefix.dropped, resident=prefix.resident, reason=prefix.reason,
+            )
+            suffix_prefilled = self._prefill(new, kind, turn, prefix.resident)
+        except PrefillCancelled as stop:
+            return self._cancelled_turn(turn, input_text, stop, t_start)
         t_prefilled = time.perf_counter_ns()
 
         pieces: list[str] = []
@@ -497,6 +506,18 @@ class SessionEngine:
                        ms=round(restore.ms, 3), reason=reason)
             return restore
 
+    def _cancelled_turn(self, turn: int, input_text: str, stop: "PrefillCancelled", t_start: int) -> TurnResult:
+        report = self.session.explain()
+        ms = (time.perf_counter_ns() - t_start) / 1e6
+        result = TurnResult(
+            text="", stop_reason="cancelled", reused=0, prefilled=stop.done, generated=0, dropped=0, evicted=0,
+            prefix_reason=f"cancelled during prefill after {stop.done} of {stop.total} tokens", ttft_ms=ms,
+            prefill_ms=ms, decode_ms=0.0, prefill_tps=_rate(stop.done, ms), decode_tps=0.0,
+            resident=report.resident_tokens, available=report.available_tokens, n_ctx=report.n_ctx,
+        )
+        self._emit(TurnFinished, turn=turn, result=result)
+        return result
+
     def _prefill(self, new: list[int], kind: Segment, turn: int, resident: int) -> int:
         """Prefill the new tokens; under an evicting policy in chunks, planning before each,
         so a prompt longer than the budget streams through instead of failing."""
@@ -633,6 +654,10 @@ class SessionEngine:
                 PrefillChunk, turn=turn, stage=p.stage, start=start + p.done - p.chunk_tokens,
                 tokens=p.chunk_tokens, done=p.done, total=p.total, ms=round(p.ms, 3),
             )
+            if self._cancel.is_set() and p.done < p.total:
+                # Between two chunks the cache is consistent: what is done stays resident
+                # (past the tape, so the next turn drops it) and the turn ends here.
+                raise PrefillCancelled(p.done, p.total)
 
         return report
 

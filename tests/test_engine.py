@@ -88,3 +88,13 @@ def test_a_new_conversation_drops_the_old_one_at_its_first_turn(engine):
     result = engine.complete("Once upon a time", DecodeConfig(max_tokens=2))
     assert (result.reused, result.dropped) == (0, old)
     assert engine.detokenize(engine.tape).startswith("Once upon a time")
+
+
+def test_cancel_stops_a_prefill_between_chunks_and_the_next_turn_drops_the_part_done(engine):
+    engine.subscribe(lambda e: engine.cancel() if e.kind == "prefill_chunk" else None)
+    result = engine.complete("The grass is green. " * 150, DecodeConfig(max_tokens=4))
+    assert (result.stop_reason, result.generated, result.prefilled) == ("cancelled", 0, 512)
+    assert engine.tape == () and engine.explain().resident_tokens == 512
+    engine._subscribers.clear()
+    after = engine.complete("Hello", DecodeConfig(max_tokens=2))
+    assert (after.reused, after.dropped) == (0, 512)

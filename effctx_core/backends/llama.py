@@ -398,8 +398,10 @@ class LlamaSession:
         if len(self._resident) + len(todo) > self._n_ctx:
             raise ContextOverflowError("prefill", len(self._resident), len(todo), self._n_ctx)
         t0 = time.perf_counter_ns()
-        ms = self._eval(todo, "prefill", progress)
+        # Cleared first: a progress callback may stop the prefill between chunks, and the
+        # chunks already done (pending tokens first) are resident by then.
         self._pending = []
+        ms = self._eval(todo, "prefill", progress)
         self._count_prefill(len(todo), ms)
         return SuffixStatus(
             suffix_tokens=len(suffix),

@@ -135,3 +135,19 @@ async def test_a_named_session_is_saved_and_reopened_where_it_was(default_model,
         screen = reopened.session_screen
         await wait_for(pilot, lambda: screen.ready and reopened.engine.tape == tape)
         assert [str(w.render()) for w in screen.query_one(Transcript).children][0] == "Hello"
+
+
+async def test_escape_cancels_a_long_prefill(default_model):
+    app = EffctxApp(max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        screen.query_one(Input).value = "The grass is green. " * 500
+        app.post_message(events.Key("enter", None))
+        bar = screen.query_one(ProgressBar)
+        while bar.total != 2506:  # the first chunk is done
+            await asyncio.sleep(0.005)
+        app.post_message(events.Key("escape", None))
+        await wait_for(pilot, lambda: screen.turns_done == 1)
+        assert screen.last_result.stop_reason == "cancelled"
+        assert screen.last_result.prefilled < 2506
