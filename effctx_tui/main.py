@@ -13,7 +13,7 @@ from effctx_core.snapshots.tree_file import check_name
 
 
 def _console_parser() -> _Parser:
-    parser = _Parser(prog="effctx", description="Open the effctx console (headless commands: info, run, bench, model).")
+    parser = _Parser(prog="effctx", description="Open the effctx console (other commands: info, run, bench, model, serve).")
     add_runtime_options(parser)
     parser.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens per reply")
     parser.add_argument("--trace", metavar="FILE", help="write the engine's events as JSON Lines")
@@ -55,6 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:2] == ["bench", "residency"]:
         return bench_residency(args[2:])
+    if args[:2] == ["bench", "keys"]:
+        from .bench_keys import main as bench_keys
+
+        return bench_keys(args[2:])
+    if args[:1] == ["serve"]:
+        from .serve import serve
+
+        return serve(args[1:])
     if args and args[0] in COMMANDS:
         return run_command(args)
     try:

@@ -1,0 +1,135 @@
+"""`effctx bench keys`: how fast typed keys show up while a long prefill runs.
+
+The console runs headless under Textual's Pilot on the real default model. A prompt of
+about --prompt-tokens tokens is submitted (one reply token), and once its first prefill
+chunk is reported, keys are posted straight into the app's message queue every ~100 ms
+(Pilot.press waits for the app to go idle, which it never is during a prefill).
+
+"On screen" here means: the first compositor refresh of the session screen that runs
+after the prompt Input's value holds the key. That refresh is the step that turns the
+changed widget into the terminal update; headless, Textual then skips only the final
+write of that update to the terminal, so a real terminal adds that write's cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+
+from effctx_core.cli import EXIT_BAD_INPUT, _Parser
+from effctx_core.contract import EffctxError
+
+KEYS = "abcdefghijklmnopqrstuvwxyz0123"
+SPACING_S = 0.1
+# One repeat of the sentence is 5 tokens with Gemma 3's tokenizer, plus 6 for the
+# chat template (measured: 500 repeats prefill 2506 tokens).
+SENTENCE = "The grass is green. "
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _stats(values: list[float]) -> dict:
+    return {"n": len(values), "median_ms": statistics.median(values), "p95_ms": _percentile(values, 0.95),
+            "max_ms": max(values)}
+
+
+async def _measure(prompt_tokens: int) -> dict:
+    from textual import events
+    from textual.widgets import Input, ProgressBar
+
+    from effctx_core.profiles import load_profile
+
+    from .app import EffctxApp
+
+    profile = load_profile(None).with_changes(n_ctx=max(10240, prompt_tokens + 2048))
+    app = EffctxApp(profile=profile, max_tokens=1, checkpoints=None)
+    sent: list[float] = []
+    shown: list[float | None] = []
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        while not screen.ready:
+            await pilot.pause(0.05)
+        prompt = screen.query_one(Input)
+
+        original_refresh = screen._compositor_refresh
+
+        def timed_refresh() -> None:
+            original_refresh()
+            now = time.perf_counter()
+            # Keys are typed in order, so the value's length says how many have landed.
+            for i in range(min(len(prompt.value), len(sent))):
+                if shown[i] is None:
+                    shown[i] = now
+
+        screen._compositor_refresh = timed_refresh
+
+        prompt.value = SENTENCE * max(1, (prompt_tokens - 6) // 5)
+        submitted = time.perf_counter()
+        app.post_message(events.Key("enter", None))
+        bar = screen.query_one(ProgressBar)
+        while not bar.total and screen.turns_done == 0:  # the first prefill chunk is reported
+            await asyncio.sleep(0.005)
+        for key in KEYS:
+            shown.append(None)
+            sent.append(time.perf_counter())
+            app.post_message(events.Key(key, key))
+            await asyncio.sleep(SPACING_S)
+        while screen.turns_done == 0:
+            await asyncio.sleep(0.01)
+        turn_done = time.perf_counter()
+        deadline = time.perf_counter() + 5
+        while None in shown and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
+        result = screen.last_result
+        screen._compositor_refresh = original_refresh
+    if result is None:
+        raise EffctxError("the turn did not finish (see the console's error)")
+    latencies = [(s - t) * 1000 for t, s in zip(sent, shown) if s is not None]
+    during = sum(1 for t in sent if t < turn_done)
+    return {
+        "keys": _stats(latencies) if latencies else None,
+        "keys_sent": len(sent),
+        "keys_sent_during_prefill": during,
+        "keys_never_shown": sum(1 for s in shown if s is None),
+        "prompt_tokens_prefilled": result.prefilled,
+        "prefill_ms": result.prefill_ms,
+        "turn_ms": (turn_done - submitted) * 1000,
+        "n_ctx": profile.n_ctx,
+        "threads": profile.n_threads,
+    }
+
+
+def run_keys_benchmark(prompt_tokens: int = 8192) -> dict:
+    return asyncio.run(_measure(prompt_tokens))
+
+
+def main(argv: list[str]) -> int:
+    parser = _Parser(prog="effctx bench keys", description="time typed keys on screen during a long prefill")
+    parser.add_argument("--prompt-tokens", type=int, default=8192, metavar="N")
+    parser.add_argument("--json", action="store_true")
+    try:
+        opts = parser.parse_args(argv)
+        if opts.prompt_tokens < 16:
+            raise EffctxError("--prompt-tokens must be at least 16")
+        result = run_keys_benchmark(opts.prompt_tokens)
+    except EffctxError as exc:
+        print(f"effctx: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if opts.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    keys = result["keys"]
+    print(f"prefill: {result['prompt_tokens_prefilled']} tokens in {result['prefill_ms'] / 1000:.1f} s "
+          f"(n_ctx {result['n_ctx']}, {result['threads']} threads; whole turn {result['turn_ms'] / 1000:.1f} s)")
+    print(f"keys: {result['keys_sent']} sent {SPACING_S * 1000:.0f} ms apart, "
+          f"{result['keys_sent_during_prefill']} of them while the turn ran, {result['keys_never_shown']} never shown")
+    if keys:
+        print(f"key -> on screen: median {keys['median_ms']:.1f} ms   p95 {keys['p95_ms']:.1f} ms   "
+              f"max {keys['max_ms']:.1f} ms   (target < 100 ms)")
+    return 0

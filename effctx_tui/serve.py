@@ -1,0 +1,99 @@
+"""`effctx serve`: the console in a browser, through textual-serve.
+
+textual-serve starts one console process per browser connection from a shell command
+line, so the console options given here are checked once up front and then passed
+through verbatim to `python -m effctx_tui.main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from effctx_core.cli import EXIT_BAD_INPUT, _Parser, profile_from_args
+from effctx_core.contract import EffctxError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _serve_parser(console: argparse.ArgumentParser) -> _Parser:
+    # The console's own options are added as parents so `--help` lists them all;
+    # allow_abbrev is off so `--ho` never silently means `--host`.
+    parser = _Parser(prog="effctx serve", parents=[console], add_help=False, allow_abbrev=False,
+                     description="Serve the effctx console to a web browser (one console per browser tab).")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N", help=f"TCP port (default {DEFAULT_PORT})")
+    parser.add_argument("--host", default=None, metavar="ADDR",
+                        help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
+    parser.add_argument("--public-url", metavar="URL",
+                        help="the URL browsers use to reach the server, when it is not http://HOST:PORT "
+                             "(behind a proxy, or when listening on 0.0.0.0)")
+    return parser
+
+
+def console_argv(console: argparse.ArgumentParser, opts: argparse.Namespace) -> list[str]:
+    """The console options that were set, as a command line for the served console."""
+    argv: list[str] = []
+    for action in console._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        value = getattr(opts, action.dest, action.default)
+        if value == action.default:
+            continue
+        flag = action.option_strings[-1]  # the long spelling, readable in `ps`
+        argv += [flag] if isinstance(action, argparse._StoreTrueAction) else [flag, str(value)]
+    return argv
+
+
+def console_command(argv: list[str]) -> str:
+    # sys.executable, not `effctx`: the served console must be this very install, even
+    # when the venv's bin/ is not on PATH. textual-serve runs the string through a shell.
+    return shlex.join([sys.executable, "-m", "effctx_tui.main", *argv])
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _prepare_model(model: str | None) -> None:
+    """Prepare the default model once here, so the first browser tab does not wait for it."""
+    if model is not None:
+        return
+    from effctx_core.models import prepare_default_model
+
+    print("effctx serve: checking the default model…", flush=True)
+    prepare_default_model()
+
+
+def serve(argv: list[str]) -> int:
+    from .main import _console_parser
+
+    console = _console_parser()
+    try:
+        opts = _serve_parser(console).parse_args(argv)
+        profile = profile_from_args(opts)
+        if not 0 < opts.port < 65536:
+            raise EffctxError(f"--port {opts.port} is not a TCP port")
+        if opts.session:
+            from effctx_core.snapshots.tree_file import check_name
+
+            check_name(opts.session)
+        _prepare_model(opts.model or profile.model)
+    except EffctxError as exc:
+        print(f"effctx: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    host = opts.host or DEFAULT_HOST
+    if host not in _LOOPBACK:
+        print(f"effctx serve: warning: listening on {host}: the console (and the files it can write) "
+              "is reachable from the network, without a password", file=sys.stderr, flush=True)
+    command = console_command(console_argv(console, opts))
+    from textual_serve.server import Server
+
+    public_url = opts.public_url or f"http://{_url_host(host)}:{opts.port}"
+    server = Server(command, host=host, port=opts.port, title="effctx", public_url=public_url)
+    print(f"effctx serve: open {public_url} in a browser (Ctrl+C stops)", flush=True)
+    server.serve()
+    return 0

@@ -1,0 +1,149 @@
+"""`effctx serve`: the console served to a real (headless) browser, on loopback only."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from effctx_tui import serve as serve_mod
+
+import headless_chromium
+
+_CSI = re.compile(r"\x1b(\[[0-9;?$]*[A-Za-z]|\][^\x07]*\x07)")
+
+
+class FakeServer:
+    """Stands in for textual-serve's Server: records what it was given, listens nowhere."""
+
+    made: list["FakeServer"] = []
+
+    def __init__(self, command, host, port, title, public_url):
+        self.command, self.host, self.port, self.title, self.public_url = command, host, port, title, public_url
+        FakeServer.made.append(self)
+
+    def serve(self):
+        pass
+
+
+@pytest.fixture
+def fake_server(monkeypatch):
+    import textual_serve.server
+
+    FakeServer.made = []
+    monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
+    return FakeServer.made
+
+
+def test_console_options_reach_the_served_console_and_loopback_is_the_default(fake_server, capsys):
+    argv = ["--port", "8123", "--model", "/models/x y.gguf", "--max-tokens", "7", "--no-checkpoints"]
+    assert serve_mod.serve(argv) == 0
+    (server,) = fake_server
+    assert (server.host, server.port, server.public_url) == ("127.0.0.1", 8123, "http://127.0.0.1:8123")
+    assert server.command == (f"{sys.executable} -m effctx_tui.main --model '/models/x y.gguf' "
+                              "--max-tokens 7 --no-checkpoints")
+    out, err = capsys.readouterr()
+    assert "http://127.0.0.1:8123" in out and "warning" not in err
+
+
+def test_another_address_only_when_asked_and_with_a_warning(fake_server, capsys):
+    assert serve_mod.serve(["--host", "0.0.0.0", "--model", "m.gguf"]) == 0
+    assert fake_server[0].host == "0.0.0.0"
+    assert "reachable from the network" in capsys.readouterr().err
+
+
+def test_bad_console_options_are_refused_before_serving(fake_server, capsys):
+    assert serve_mod.serve(["--max-tokens", "many"]) == 2
+    assert not fake_server and "--max-tokens" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"effctx serve exited with {proc.returncode}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout:.0f} s")
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        for child in (task / "children").read_text().split():
+            found |= {int(child)} | _descendants(int(child))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+@pytest.mark.slow
+async def test_a_browser_shows_the_served_console(default_model, tmp_path):
+    if not headless_chromium.available():
+        pytest.skip(f"{headless_chromium.CHROMIUM} is missing (.ci/run installs it)")
+    port = _free_port()
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen([sys.executable, "-m", "effctx_tui.main", "serve", "--port", str(port)],
+                              stdout=log, stderr=subprocess.STDOUT)
+    consoles: set[int] = set()
+    try:
+        _wait_for_port(port, server, timeout=60)
+        async with headless_chromium.open_page(tmp_path / "chromium") as page:
+            await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
+            # textual-serve marks the body once the console's first bytes arrive.
+            await page.wait_for("document.body.classList.contains('-first-byte')", timeout=60)
+            terminal = "window.__terminalText.replace(/\\x1b(\\[[0-9;?$]*[A-Za-z]|\\][^\\x07]*\\x07)/g, '')"
+            # The title is drawn at once; the model's name only once the engine is open.
+            await page.wait_for(f"{terminal}.includes('effctx') && {terminal}.includes('Gemma 3')", timeout=90)
+            # Keys typed in the browser reach the console's prompt and come back drawn.
+            await page.evaluate("document.querySelector('.xterm-helper-textarea').focus()")
+            await page.call("Input.insertText", text="hello from chromium")
+            await page.wait_for(f"{terminal}.includes('hello from chromium')", timeout=30)
+            await asyncio.sleep(0.5)  # xterm.js paints on the next animation frame
+            colours = await page.screenshot(tmp_path / "console.png")
+            # The intro card is hidden once bytes arrive, so what is drawn is the
+            # console: its canvas text gives many colours (anti-aliasing), a blank
+            # or failed terminal one or two.
+            assert colours > 20, f"the screenshot looks blank ({colours} colours): {tmp_path / 'console.png'}"
+            assert not await page.evaluate("document.body.classList.contains('-closed')")
+            consoles = _descendants(server.pid)
+            assert consoles, "no console process was started"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+    output = (tmp_path / "serve.log").read_text()
+    assert f"http://127.0.0.1:{port}" in output
+    deadline = time.monotonic() + 10
+    while any(map(_running, consoles)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in consoles if _running(pid)]
+    for pid in left:  # ours: started by the server this test started
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"console processes outlived the server: {left}"
+    assert server.returncode == 0, output
