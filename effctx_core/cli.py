@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_runtime_options(cells)
     cells.add_argument("--json", action="store_true")
 
+    trace = sub.add_parser("trace", help="recorded engine traces")
+    trace_sub = trace.add_subparsers(dest="trace_command", required=True)
+    export = trace_sub.add_parser("export", help="write a trace as Chrome/Perfetto trace-event JSON")
+    export.add_argument("file", help="a JSON Lines trace written with --trace")
+    export.add_argument("--perfetto", action="store_true", required=True, help="the output format (the only one)")
+    export.add_argument("--output", "-o", metavar="OUT", help="where to write (default: FILE with .perfetto.json)")
+
     add_snapshots_parser(sub)
     add_sessions_parser(sub)
 
@@ -439,6 +446,24 @@ def cmd_cells(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    from .atomic import atomic_write_bytes
+    from .trace_export import to_perfetto
+    from .trace_reader import read_trace
+
+    trace = read_trace(args.file)
+    if trace.note:
+        print(f"effctx: {trace.note}", file=sys.stderr)
+    out = Path(args.output) if args.output else Path(args.file).with_suffix(".perfetto.json")
+    data = to_perfetto(trace.events)
+    try:
+        atomic_write_bytes(out, json.dumps(data).encode())
+    except OSError as exc:
+        raise EffctxError(f"cannot write {out}: {exc.strerror}") from None
+    print(f"wrote {len(data['traceEvents'])} trace events to {out} (open it in ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
 def profile_dict(profile: Profile) -> dict:
     data = asdict(profile)
     data["n_threads"] = profile.n_threads
@@ -485,7 +510,7 @@ def cmd_model(args: argparse.Namespace) -> int:
 COMMANDS = {
     "info": cmd_info, "run": cmd_run, "bench": cmd_bench, "smoke": cmd_smoke,
     "profiles": cmd_profiles, "model": cmd_model, "snapshots": cmd_snapshots, "sessions": cmd_sessions,
-    "cells": cmd_cells,
+    "cells": cmd_cells, "trace": cmd_trace,
 }
 
 

@@ -1,0 +1,86 @@
+"""Reading a JSON Lines trace back into typed events.
+
+A trace cut off in its last line (a crashed recording) is read up to the cut and says so;
+any other damage, or a file that is not an effctx trace, is an error naming the line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from .contract import EffctxError, TurnResult
+from .trace import Event
+
+EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
+
+
+class TraceError(EffctxError):
+    pass
+
+
+@dataclass(frozen=True)
+class Trace:
+    path: Path
+    events: tuple[Event, ...]
+    truncated: bool  # the last line was cut off mid-write and was left out
+
+    @property
+    def note(self) -> str | None:
+        if self.truncated:
+            return f"{self.path}: the last line was cut off (a recording that stopped mid-write); read up to it"
+        return None
+
+
+def _event(data: dict, where: str) -> Event:
+    kind = data.pop("kind", None)
+    cls = EVENT_TYPES.get(kind)
+    if cls is None:
+        raise TraceError(f"{where}: unknown event kind {kind!r}")
+    names = {f.name for f in fields(cls)}
+    if set(data) != names:
+        missing, extra = sorted(names - set(data)), sorted(set(data) - names)
+        raise TraceError(f"{where}: a {kind} event with missing {missing} / unknown {extra} fields")
+    if cls.__name__ == "TurnFinished":
+        data["result"] = TurnResult(**data["result"])
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise TraceError(f"{where}: a {kind} event that does not fit its record: {exc}") from None
+
+
+def read_trace(path: str | Path) -> Trace:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceError(f"trace file not found: {path}") from None
+    except OSError as exc:
+        raise TraceError(f"cannot read trace file {path}: {exc.strerror}") from None
+    if not raw.strip():
+        raise TraceError(f"{path}: the trace is empty")
+    lines = raw.split(b"\n")
+    # A complete trace ends with a newline; without one, the last line is a cut write.
+    cut = lines[-1] != b""
+    body = lines[:-1]
+    tail = lines[-1] if cut else None
+    events: list[Event] = []
+    for number, line in enumerate(body, start=1):
+        where = f"{path} line {number}"
+        try:
+            data = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            raise TraceError(f"{where}: not a JSON event (the trace is damaged)") from None
+        if not isinstance(data, dict):
+            raise TraceError(f"{where}: not a JSON event object")
+        events.append(_event(data, where))
+    truncated = False
+    if tail is not None:
+        try:
+            events.append(_event(json.loads(tail), f"{path} line {len(body) + 1}"))
+        except (ValueError, UnicodeDecodeError):
+            truncated = True
+    if not events or events[0].kind != "session_opened":
+        raise TraceError(f"{path}: not an effctx trace (it must start with a session_opened event)")
+    return Trace(path, tuple(events), truncated)

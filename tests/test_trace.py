@@ -1,0 +1,92 @@
+"""Recorded traces: read back, damaged or cut off, and exported for Perfetto."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from effctx_core.contract import DecodeConfig
+from effctx_core.engine import SessionEngine
+from effctx_core.profiles import load_profile
+from effctx_core.trace_export import to_perfetto
+from effctx_core.trace_reader import TraceError, read_trace
+
+EFFCTX = str(Path(sys.executable).with_name("effctx"))
+
+
+@pytest.fixture(scope="module")
+def recorded(default_model, tmp_path_factory) -> tuple[Path, object]:
+    path = tmp_path_factory.mktemp("trace") / "session.jsonl"
+    engine = SessionEngine(default_model, load_profile("exact").with_changes(n_ctx=1024), trace_path=path)
+    engine.open()
+    result = engine.complete("The grass is green. " * 40, DecodeConfig(max_tokens=3))
+    engine.close()
+    return path, result
+
+
+def test_a_trace_reads_back_as_the_events_that_were_written(recorded):
+    path, result = recorded
+    trace = read_trace(path)
+    kinds = [e.kind for e in trace.events]
+    assert kinds[0] == "session_opened" and kinds.count("token") == 3
+    finished = next(e for e in trace.events if e.kind == "turn_finished")
+    assert finished.result == result
+    assert not trace.truncated and trace.note is None
+
+
+def test_a_trace_cut_off_mid_line_reads_up_to_the_cut(recorded, tmp_path):
+    path, _ = recorded
+    raw = path.read_bytes()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(raw[: len(raw) - 20])
+    trace = read_trace(cut)
+    assert trace.truncated
+    assert len(trace.events) == raw.count(b"\n") - 1
+    assert trace.note.endswith("the last line was cut off (a recording that stopped mid-write); read up to it")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "the trace is empty"),
+        (b'{"kind":"token"}\n', "line 1: a token event with missing"),
+        (b'{"kind":"session_opened","backend":"llama","model":"m","n_ctx":1,"identity":"x","t_ms":0}\nnot json\n',
+         "line 2: not a JSON event (the trace is damaged)"),
+        (b'{"kind":"warp_drive","t_ms":0}\n', "line 1: unknown event kind 'warp_drive'"),
+        (b'{"kind":"error","error":"E","message":"m","t_ms":0}\n', "not an effctx trace"),
+    ],
+)
+def test_damaged_or_foreign_traces_are_refused_with_the_reason(tmp_path, content, message):
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(content)
+    with pytest.raises(TraceError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_trace(f)
+
+
+def test_the_perfetto_export_puts_every_step_on_a_timeline(recorded):
+    path, result = recorded
+    data = to_perfetto(read_trace(path).events)
+    spans = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    chunks = [e for e in spans if e["name"].startswith("prefill ")]
+    tokens = [e for e in spans if e["tid"] == 3]
+    assert sum(c["args"]["tokens"] for c in chunks) == result.prefilled
+    assert len(tokens) == 3
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    assert [c["ts"] for c in chunks] == sorted(c["ts"] for c in chunks)
+
+
+def test_trace_export_on_the_command_line(recorded, tmp_path):
+    path, _ = recorded
+    out = tmp_path / "x.json"
+    done = subprocess.run([EFFCTX, "trace", "export", str(path), "--perfetto", "-o", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("wrote ")
+    assert json.loads(out.read_text())["traceEvents"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("garbage\n")
+    refused = subprocess.run([EFFCTX, "trace", "export", str(bad), "--perfetto"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
