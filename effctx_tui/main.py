@@ -13,7 +13,8 @@ from effctx_core.snapshots.tree_file import check_name
 
 
 def _console_parser() -> _Parser:
-    parser = _Parser(prog="effctx", description="Open the effctx console (other commands: info, run, bench, model, serve).")
+    others = ", ".join([*COMMANDS, "serve"])
+    parser = _Parser(prog="effctx", description=f"Open the effctx console. Other commands: {others} (effctx COMMAND --help).")
     add_runtime_options(parser)
     parser.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens per reply")
     parser.add_argument("--trace", metavar="FILE", help="write the engine's events as JSON Lines")
