@@ -127,6 +127,7 @@ class SessionEngine:
         self._turns = 0
         self._lock = threading.RLock()
         self._cancel = threading.Event()
+        self._cancellable = False
         self._t0 = time.perf_counter()
 
     # ------------------------------------------------------------------ events
@@ -308,6 +309,9 @@ class SessionEngine:
         before = tracker.report()
         evicted_before = before.evicted_tokens + before.cold_tokens
         t_start = time.perf_counter_ns()
+        # Only a turn's own prefill stops on cancel: a swap or a restore that recomputes
+        # must finish, or the conversation would be left half moved.
+        self._cancellable = True
         try:
             prefix = session.ensure_prefix(cached, self._progress(turn, 0))
             self._emit(
@@ -317,6 +321,8 @@ class SessionEngine:
             suffix_prefilled = self._prefill(new, kind, turn, prefix.resident)
         except PrefillCancelled as stop:
             return self._cancelled_turn(turn, input_text, stop, t_start)
+        finally:
+            self._cancellable = False
         t_prefilled = time.perf_counter_ns()
 
         pieces: list[str] = []
@@ -654,7 +660,7 @@ class SessionEngine:
                 PrefillChunk, turn=turn, stage=p.stage, start=start + p.done - p.chunk_tokens,
                 tokens=p.chunk_tokens, done=p.done, total=p.total, ms=round(p.ms, 3),
             )
-            if self._cancel.is_set() and p.done < p.total:
+            if self._cancellable and self._cancel.is_set() and p.done < p.total:
                 # Between two chunks the cache is consistent: what is done stays resident
                 # (past the tape, so the next turn drops it) and the turn ends here.
                 raise PrefillCancelled(p.done, p.total)

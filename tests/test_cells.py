@@ -56,3 +56,12 @@ def test_a_swap_to_another_kv_type_recomputes_and_says_why(engine):
     assert engine.tape == tape and list(engine.session.tokens) == list(tape)
     assert engine.complete(" Then", DecodeConfig(max_tokens=2)).reused == len(tape)
     assert len(engine.tree) == 3  # nothing of the tree is lost
+
+
+def test_a_stale_cancel_does_not_stop_a_swap_half_way(engine):
+    engine.complete("The grass is green. " * 150, DecodeConfig(max_tokens=2))
+    tape = engine.tape
+    engine.cancel()  # pressed after the turn ended
+    result = engine.swap(load_profile("q8").with_changes(n_ctx=1024))
+    assert result.mode == "recompute" and engine.tape == tape
+    assert list(engine.session.tokens) == list(tape)
