@@ -158,6 +158,9 @@ class SessionEngine:
                     model=info.facts.name,
                     n_ctx=info.n_ctx,
                     identity=info.identity.digest(),
+                    policy=self.profile.residency.policy,
+                    block_size=self.profile.residency.block_size,
+                    budget=self.profile.budget_tokens,
                 )
             return self._session.info
 
@@ -402,7 +405,7 @@ class SessionEngine:
             available=report.available_tokens,
             n_ctx=report.n_ctx,
         )
-        self._emit(TurnFinished, turn=turn, result=result)
+        self._emit(TurnFinished, turn=turn, result=result, tape=len(self._tape))
         self._checkpoint("turn", _label(input_text, "turn"), f"{input_text}\n{result.text}", {
             "reused": result.reused, "prefilled": result.prefilled, "generated": result.generated,
             "ttft_ms": round(result.ttft_ms, 3), "prefill_tps": round(result.prefill_tps, 2),
@@ -521,7 +524,7 @@ class SessionEngine:
             prefill_ms=ms, decode_ms=0.0, prefill_tps=_rate(stop.done, ms), decode_tps=0.0,
             resident=report.resident_tokens, available=report.available_tokens, n_ctx=report.n_ctx,
         )
-        self._emit(TurnFinished, turn=turn, result=result)
+        self._emit(TurnFinished, turn=turn, result=result, tape=len(self._tape))
         return result
 
     def _prefill(self, new: list[int], kind: Segment, turn: int, resident: int) -> int:

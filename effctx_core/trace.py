@@ -35,6 +35,10 @@ class SessionOpened(Event):
     model: str
     n_ctx: int
     identity: str
+    # What a replay needs to rebuild the residency view block for block.
+    policy: str = "none"
+    block_size: int = 32
+    budget: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class TurnFinished(Event):
     kind: ClassVar[str] = "turn_finished"
     turn: int
     result: TurnResult
+    tape: int = 0  # tokens on the tape after the turn (a stop text may have been cut off)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ any other damage, or a file that is not an effctx trace, is an error naming the 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from .contract import EffctxError, TurnResult
@@ -39,8 +39,10 @@ def _event(data: dict, where: str) -> Event:
     if cls is None:
         raise TraceError(f"{where}: unknown event kind {kind!r}")
     names = {f.name for f in fields(cls)}
-    if set(data) != names:
-        missing, extra = sorted(names - set(data)), sorted(set(data) - names)
+    # Fields with a default were added later: a trace without them still reads.
+    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    missing, extra = sorted(required - set(data)), sorted(set(data) - names)
+    if missing or extra:
         raise TraceError(f"{where}: a {kind} event with missing {missing} / unknown {extra} fields")
     if cls.__name__ == "TurnFinished":
         data["result"] = TurnResult(**data["result"])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..profiles import ResidencyConfig
-from .blocks import BlockClass, BlockTable, Segment
+from .blocks import BlockClass, BlockTable, Reason, Segment
 from .planners import PlannerCaps, planner_for
 from .report import OBSERVED, ResidencyReport
 
@@ -142,6 +142,14 @@ class ResidencyTracker:
         planned.renumber_positions()
         with self._lock:
             self._table = planned
+
+    def mark_range(self, start: int, end: int, cls: BlockClass, reason: Reason) -> None:
+        """Give the blocks overlapping [start, end) a class, as an executor recorded it."""
+        planned = self._table.planned_copy()
+        overlap = (planned.start < end) & (planned.end > start)
+        planned.cls[overlap] = cls
+        planned.reason[overlap] = reason
+        self.commit(planned)
 
     def resident_tokens(self, tape: list[int]) -> list[int]:
         """The tokens the cache holds, in cache order: the tape at the resident blocks."""

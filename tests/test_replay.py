@@ -1,0 +1,57 @@
+"""Replaying a recorded trace without a model rebuilds what the console shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from effctx_core.contract import DecodeConfig
+from effctx_core.engine import SessionEngine
+from effctx_core.profiles import ResidencyConfig, load_profile
+from effctx_core.replay import ReplayEngine, ReplayError
+from effctx_core.trace_reader import read_trace
+
+STREAMING = load_profile("streaming").with_changes(
+    n_ctx=512, residency=ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=380, budget=384, block_size=4)
+)
+
+
+def record(default_model, tmp_path, profile, turns):
+    path = tmp_path / "rec.jsonl"
+    engine = SessionEngine(default_model, profile, trace_path=path)
+    engine.open()
+    for text, n in turns:
+        engine.chat(text, DecodeConfig(max_tokens=n))
+    live = (engine.tape, engine.residency_report())
+    engine.close()
+    return read_trace(path), live
+
+
+def play(trace) -> ReplayEngine:
+    replay = ReplayEngine(trace)
+    for event in trace.events:
+        replay.apply(event)
+    return replay
+
+
+def test_a_chat_replays_to_the_same_tape_and_residency(default_model, tmp_path):
+    trace, (tape, report) = record(default_model, tmp_path, load_profile("exact").with_changes(n_ctx=1024),
+                                   [("What is the capital of France?", 12), ("And of Italy?", 8)])
+    replay = play(trace)
+    assert len(replay.tape) == len(tape)
+    decoded = [t for t in replay.tape if t >= 0]
+    assert replay.detokenize(decoded) and all(t in tape for t in decoded)
+    assert replay.residency_report().n_tokens == report.n_tokens
+
+
+def test_a_streaming_session_replays_its_evictions(default_model, tmp_path):
+    trace, (tape, report) = record(default_model, tmp_path, STREAMING, [("The grass is green. " * 100, 4)])
+    replay = play(trace)
+    got = replay.residency_report()
+    assert got.evicted_ranges == report.evicted_ranges and got.evicted_tokens == report.evicted_tokens > 0
+    assert got.source == "observed"
+
+
+def test_a_replay_cannot_be_continued(default_model, tmp_path):
+    trace, _ = record(default_model, tmp_path, load_profile("exact").with_changes(n_ctx=1024), [("Hello", 2)])
+    with pytest.raises(ReplayError, match="can be watched, not continued"):
+        play(trace).chat("more")
