@@ -13,10 +13,13 @@ from effctx_core.models import resolve_model
 from effctx_core.profiles import DEFAULT_PROFILE, Profile
 from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.replay import ReplayEngine
 from effctx_core.trace import Event, ModelProgress
+from effctx_core.trace_reader import Trace
 
 from .console import ConsoleApp
 from .messages import EngineEvent, EngineFailed, EngineReady
+from .replay_player import ReplayPlayer
 from .screens.session import SessionScreen
 
 # The default of `checkpoints`: a store in the user cache dir. None is a choice of its
@@ -37,6 +40,9 @@ class EffctxApp(ConsoleApp):
         trace: str | Path | None = None,
         checkpoints: SnapshotStore | None | Literal["user-cache"] = USER_CACHE,
         session_name: str | None = None,
+        replay: Trace | None = None,
+        replay_speed: float = 1.0,
+        replay_paused: bool = False,
     ) -> None:
         super().__init__()
         self.model_arg = model
@@ -47,12 +53,17 @@ class EffctxApp(ConsoleApp):
         # The tree is saved under this name after every change, so a console can be
         # closed and reopened where it was (`effctx --session NAME`).
         self.session_name = session_name
-        self.engine: SessionEngine | None = None
+        self.engine: SessionEngine | ReplayEngine | None = None
         self.session_screen = SessionScreen(max_tokens)
+        # A recorded trace to play instead of a model (`effctx --replay FILE`).
+        self.player = ReplayPlayer(self, replay, replay_speed, not replay_paused) if replay is not None else None
 
     def on_mount(self) -> None:
         self.push_screen(self.session_screen)
-        self.open_engine()
+        if self.player is not None:
+            self.engine = self.player.engine  # the session screen starts the player once mounted
+        else:
+            self.open_engine()
 
     def _forward(self, event: Event) -> None:
         # Called on the worker thread; post_message is thread-safe and does not wait,
@@ -83,7 +94,7 @@ class EffctxApp(ConsoleApp):
 
     @work(thread=True, group="save", exclusive=True, exit_on_error=False)
     def save_session(self) -> None:
-        if self.engine is None or not self.session_name:
+        if self.engine is None or not self.session_name or self.player is not None:
             return
         try:
             self.engine.save_session(self.session_name)

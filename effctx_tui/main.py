@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from importlib import resources
 from typing import Sequence
 
 from effctx_core.cli import COMMANDS, EXIT_BAD_INPUT, _Parser, add_runtime_options, profile_from_args, run_command
@@ -18,6 +19,10 @@ def _console_parser() -> _Parser:
     add_runtime_options(parser)
     parser.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens per reply")
     parser.add_argument("--trace", metavar="FILE", help="write the engine's events as JSON Lines")
+    parser.add_argument("--record", metavar="FILE", help="record the session's events (the same as --trace)")
+    parser.add_argument("--replay", metavar="FILE", help="play a recorded trace in the console, with no model")
+    parser.add_argument("--demo", metavar="NAME", help=f"play a shipped demo trace ({', '.join(demo_names())})")
+    parser.add_argument("--speed", type=float, default=1.0, metavar="X", help="replay speed (default 1)")
     parser.add_argument("--session", metavar="NAME",
                         help="reopen (or start) the saved session NAME; it is saved after every change "
                              "(default: a new session named by the date and time)")
@@ -52,6 +57,32 @@ def bench_residency(argv: list[str]) -> int:
     return 0
 
 
+def demo_names() -> list[str]:
+    root = resources.files("effctx_tui") / "demos"
+    return sorted(p.name[: -len(".jsonl")] for p in root.iterdir() if p.name.endswith(".jsonl"))
+
+
+def _replay_trace(opts):
+    """The trace to play, read and checked before the console opens; None for a live console."""
+    from effctx_core.trace_reader import read_trace
+
+    if opts.replay and opts.demo:
+        raise EffctxError("--replay and --demo both name a trace: give one")
+    if not 0 < opts.speed <= 64:
+        raise EffctxError("--speed must be above 0 and at most 64")
+    if opts.demo:
+        if opts.demo not in demo_names():
+            raise EffctxError(f"unknown demo {opts.demo!r} (available: {', '.join(demo_names())})")
+        with resources.as_file(resources.files("effctx_tui") / "demos" / f"{opts.demo}.jsonl") as path:
+            return read_trace(path)
+    if not opts.replay:
+        return None
+    trace = read_trace(opts.replay)
+    if trace.note:
+        print(f"effctx: {trace.note}", file=sys.stderr)
+    return trace
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:2] == ["bench", "residency"]:
@@ -71,14 +102,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile = profile_from_args(opts)
         if opts.session:
             check_name(opts.session)
+        replay = _replay_trace(opts)
     except EffctxError as exc:
         print(f"effctx: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     from .app import USER_CACHE, EffctxApp
 
-    app = EffctxApp(model=opts.model or profile.model, profile=profile, max_tokens=opts.max_tokens, trace=opts.trace,
-                    checkpoints=None if opts.no_checkpoints else USER_CACHE,
-                    session_name=opts.session or time.strftime("%Y%m%d-%H%M%S"))
+    if replay is not None:
+        app = EffctxApp(replay=replay, replay_speed=opts.speed)
+    else:
+        app = EffctxApp(model=opts.model or profile.model, profile=profile, max_tokens=opts.max_tokens,
+                        trace=opts.record or opts.trace, checkpoints=None if opts.no_checkpoints else USER_CACHE,
+                        session_name=opts.session or time.strftime("%Y%m%d-%H%M%S"))
     app.run()
     return app.return_code or 0
 

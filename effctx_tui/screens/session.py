@@ -64,6 +64,11 @@ class SessionScreen(Screen):
         Binding("ctrl+g", "timings", "Timings"),
         Binding("ctrl+o", "cells", "Cells"),
         Binding("ctrl+q", "app.quit", "Quit"),
+        # Replay only (see check_action): the prompt is disabled then, so these reach us.
+        Binding("space", "replay_toggle", "Play/pause (replay)"),
+        Binding("n", "replay_step", "Step (replay)"),
+        Binding("plus,equals_sign", "replay_speed(1)", "Faster (replay)", key_display="+"),
+        Binding("minus", "replay_speed(-1)", "Slower (replay)", key_display="-"),
     ]
 
     def __init__(self, max_tokens: int) -> None:
@@ -74,6 +79,7 @@ class SessionScreen(Screen):
         self.turns_done = 0
         self.last_result: TurnResult | None = None
         self._residency_screen: ResidencyScreen | None = None
+        self._player = None  # a ReplayPlayer when the console plays a recorded trace
         # Fed with every event from the start, so the timings screen has the history.
         self.timeline = engine_timeline(lambda: self.app.engine)
         self._snapshots_screen: SnapshotsScreen | None = None
@@ -93,6 +99,9 @@ class SessionScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
+        if getattr(self.app, "player", None) is not None:
+            self.start_replay(self.app.player)
+            return
         self.query_one(StatusLine).show_loading("preparing the model…")
         self._show_progress("preparing the model", None, None)
         self.query_one(Input).focus()
@@ -110,6 +119,44 @@ class SessionScreen(Screen):
         self.query_one("#progress-row").display = False
 
     # ------------------------------------------------------------------ engine messages
+
+    # ------------------------------------------------------------------ replay
+
+    def start_replay(self, player) -> None:
+        self._player = player
+        engine = player.engine
+        self._n_ctx = engine.n_ctx
+        self._hide_progress()
+        prompt = self.query_one(Input)
+        prompt.placeholder = "a recorded session: space plays/pauses, n steps, + and - change the speed"
+        prompt.disabled = True
+        self.query_one(StatusLine).show_ready(0, self._n_ctx)
+        self._replay_title()
+        self.set_interval(0.25, self._replay_title)
+        player.start()
+
+    def _replay_title(self) -> None:
+        engine = self._player.engine
+        self.sub_title = f"{self._player.describe()} · {engine.model_name} · {engine.backend} · n_ctx {engine.n_ctx}"
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action.startswith("replay_"):
+            return self._player is not None
+        if self._player is not None and action in ("snapshots", "cells", "new_conversation"):
+            return None  # a replay cannot be continued: these are shown disabled
+        return True
+
+    def action_replay_toggle(self) -> None:
+        self._player.toggle()
+        self._replay_title()
+
+    def action_replay_step(self) -> None:
+        self._player.step()
+        self._replay_title()
+
+    def action_replay_speed(self, direction: int) -> None:
+        self._player.faster(direction)
+        self._replay_title()
 
     def on_engine_ready(self, message: EngineReady) -> None:
         self.ready = True
@@ -222,6 +269,8 @@ class SessionScreen(Screen):
         elif isinstance(event, SessionOpened):
             status.show_loading(f"opened {event.model} on {event.backend}")
         elif isinstance(event, TurnStarted):
+            if self._player is not None:
+                transcript.add_user(event.input_text)  # live, the prompt box added it
             status.show_busy("prefilling…", self._resident, self._n_ctx)
         elif isinstance(event, PrefillChunk):
             self._resident = event.start + event.tokens
@@ -239,6 +288,8 @@ class SessionScreen(Screen):
             note = None if result.stop_reason in ("stop", "eog") else result.stop_reason.replace("_", " ")
             transcript.finish_reply(result.text, note)
             status.show_turn(result)
+            if self._player is not None:
+                self.turns_done += 1  # live, the turn worker counts it
         elif isinstance(event, ErrorRaised):
             transcript.add_error(f"{event.error}: {event.message}")
 

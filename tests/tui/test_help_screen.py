@@ -63,6 +63,10 @@ async def test_the_help_lists_the_session_screen_s_keys_exactly(config_home):
             ("^g", "Timings"),
             ("^o", "Cells"),
             ("^q", "Quit"),
+            ("space", "Play/pause (replay)"),
+            ("n", "Step (replay)"),
+            ("+", "Faster (replay)"),
+            ("-", "Slower (replay)"),
         ]
         assert help_rows(app, "everywhere") == [
             ("f1", "Help"), ("f2", "Theme"), ("^q", "Quit"), ("^p", "Command palette")]

@@ -1,0 +1,68 @@
+"""Plays a recorded trace into the console: the events arrive as they did live, at their
+recorded times (scaled by the speed), or one at a time."""
+
+from __future__ import annotations
+
+from textual.app import App
+
+from effctx_core.replay import ReplayEngine
+from effctx_core.trace_reader import Trace
+
+from .messages import EngineEvent
+
+TICK_SECONDS = 0.02
+# Waiting for a person to type is not worth watching: a longer gap plays as this one.
+MAX_GAP_MS = 800.0
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
+
+
+class ReplayPlayer:
+    def __init__(self, app: App, trace: Trace, speed: float = 1.0, playing: bool = True):
+        self.app = app
+        self.events = trace.events
+        self.engine = ReplayEngine(trace)
+        self.index = 0
+        self.clock_ms = self.events[0].t_ms if self.events else 0.0
+        self.speed = speed
+        self.playing = playing
+        self._timer = None
+
+    def start(self) -> None:
+        self._timer = self.app.set_interval(TICK_SECONDS, self._tick)
+
+    @property
+    def done(self) -> bool:
+        return self.index >= len(self.events)
+
+    def _tick(self) -> None:
+        if not self.playing or self.done:
+            return
+        self.clock_ms += TICK_SECONDS * 1000 * self.speed
+        if self.events[self.index].t_ms - self.clock_ms > MAX_GAP_MS:
+            self.clock_ms = self.events[self.index].t_ms - MAX_GAP_MS
+        while not self.done and self.events[self.index].t_ms <= self.clock_ms:
+            self._play_next()
+
+    def _play_next(self) -> None:
+        event = self.events[self.index]
+        self.index += 1
+        self.engine.apply(event)
+        self.app.session_screen.post_message(EngineEvent(event))
+
+    def toggle(self) -> None:
+        self.playing = not self.playing
+
+    def step(self) -> None:
+        """Pause, and play exactly one more event."""
+        self.playing = False
+        if not self.done:
+            self.clock_ms = self.events[self.index].t_ms
+            self._play_next()
+
+    def faster(self, direction: int) -> None:
+        i = min(range(len(SPEEDS)), key=lambda k: abs(SPEEDS[k] - self.speed))
+        self.speed = SPEEDS[max(0, min(len(SPEEDS) - 1, i + direction))]
+
+    def describe(self) -> str:
+        state = "done" if self.done else ("playing" if self.playing else "paused")
+        return f"replay: event {self.index}/{len(self.events)} · {state} · ×{self.speed:g}"

@@ -1,0 +1,66 @@
+"""The console driven by a recorded trace, with no model loaded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+from textual.widgets import Input
+
+from effctx_core.trace_reader import read_trace
+from effctx_tui.app import EffctxApp
+from effctx_tui.widgets.residency_strip import ResidencyStrip
+from effctx_tui.widgets.transcript import Transcript
+from effctx_core.residency import BlockClass
+from pilot_wait import wait_for
+
+EFFCTX = str(Path(sys.executable).with_name("effctx"))
+
+
+def demo(name: str):
+    with resources.as_file(resources.files("effctx_tui") / "demos" / f"{name}.jsonl") as path:
+        return read_trace(path)
+
+
+async def test_the_chat_demo_plays_its_turns_into_the_console():
+    app = EffctxApp(replay=demo("chat"), replay_speed=64)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: app.player.done and screen.turns_done == 3, seconds=30)
+        turns = [str(w.render()) for w in screen.query_one(Transcript).children]
+        assert turns[0::2] == ["What is the capital of France?", "And of Italy?", "Tell me about the sky."]
+        assert screen.query_one(Input).disabled
+        assert "reused" in str(screen.query_one("#status").render())
+        await wait_for(pilot, lambda: screen.sub_title.startswith("replay: event 40/40 · done"), seconds=2)
+
+
+async def test_a_paused_replay_steps_one_event_at_a_time():
+    app = EffctxApp(replay=demo("chat"), replay_paused=True)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause(0.1)
+        assert app.player.index == 0
+        await pilot.press("n", "n")
+        assert app.player.index == 2 and not app.player.playing
+        await pilot.press("plus")
+        assert app.player.speed == 2.0
+        await pilot.press("space")
+        assert app.player.playing
+
+
+async def test_the_streaming_demo_shows_its_evictions_in_the_strip():
+    app = EffctxApp(replay=demo("streaming"), replay_speed=64)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: app.player.done and screen.turns_done == 1, seconds=30)
+        assert app.engine.residency_report().evicted_tokens > 0
+        assert BlockClass.EVICTED in screen.query_one(ResidencyStrip).cell_classes()
+
+
+def test_a_damaged_trace_is_refused_in_one_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind":"session_opened","backend":"llama","model":"m","n_ctx":1,"identity":"x","t_ms":0}\n{oops\n')
+    out = subprocess.run([EFFCTX, "--replay", str(bad)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert out.stderr == f"effctx: error: {bad} line 2: not a JSON event (the trace is damaged)\n"
