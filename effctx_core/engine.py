@@ -129,6 +129,7 @@ class SessionEngine:
         self._cancel = threading.Event()
         self._cancellable = False
         self._t0 = time.perf_counter()
+        self._started_wall = time.time()
 
     # ------------------------------------------------------------------ events
 
@@ -161,6 +162,7 @@ class SessionEngine:
                     policy=self.profile.residency.policy,
                     block_size=self.profile.residency.block_size,
                     budget=self.profile.budget_tokens,
+                    started=round(self._started_wall, 3),
                 )
             return self._session.info
 

@@ -48,10 +48,15 @@ class ReplayEngine:
         self.residency = ResidencyTracker(ResidencyConfig(block_size=opened.block_size), opened.budget or opened.n_ctx,
                                           PlannerCaps())
         self.tree = SnapshotTree()
-        self.tree.add(None, (), "root", opened.identity, label="start")
+        root = self.tree.add(None, (), "root", opened.identity, label="start", created=opened.started)
+        self._node_ids: dict[str, str] = {"": root.id}  # the recorded engine's node ids -> ours
         self._tape: list[int] = []
         self._pieces: dict[int, str] = {}
         self._turn = 0
+        self._input = ""  # the running turn's input, for its node's label
+        self._reply = ""
+        self._identity = opened.identity
+        self._started = opened.started
 
     # ------------------------------------------------------------------ what the UI reads
 
@@ -85,6 +90,13 @@ class ReplayEngine:
         kind = event.kind
         if kind == "turn_started":
             self._turn = event.turn
+            self._input = event.input_text
+        elif kind == "turn_finished":
+            self._reply = event.result.text
+            if event.tape < len(self._tape):
+                self._truncate(event.tape)  # the stop text the engine cut off the tape
+        elif kind == "node":
+            self._add_node(event)
         elif kind == "prefix_checked" and event.dropped:
             self._truncate(len(self._tape) - event.dropped)
         elif kind == "prefill_chunk":
@@ -95,11 +107,19 @@ class ReplayEngine:
             self._pieces[event.token] = event.text
             self._tape.append(event.token)
             self.residency.append(Segment.ASSISTANT, 1, self._turn)
-        elif kind == "turn_finished" and event.tape < len(self._tape):
-            self._truncate(event.tape)  # the stop text the engine cut off the tape
         elif kind == "residency_action" and event.action in _ACTION_CLASS:
             cls, reason = _ACTION_CLASS[event.action]
             self.residency.mark_range(event.start, event.end, cls, reason)
+
+    def _add_node(self, event) -> None:
+        """The node the engine added, with its tape length; the tokens themselves are not
+        in the trace, so its own tokens are placeholders of the right count."""
+        parent = self._node_ids.get(event.parent, self.tree.root.id)
+        own = max(0, event.tokens - self.tree.tape_length(parent))
+        label = self._input.strip().splitlines()[0][:40] if self._input.strip() else "turn"
+        node = self.tree.add(parent, (0,) * own, "turn", self._identity, label=label,
+                             text=f"{self._input}\n{self._reply}", created=self._started + event.t_ms / 1000)
+        self._node_ids[event.node] = node.id
 
     def _truncate(self, n: int) -> None:
         del self._tape[max(n, 0):]

@@ -39,6 +39,7 @@ class SessionOpened(Event):
     policy: str = "none"
     block_size: int = 32
     budget: int = 0
+    started: float = 0.0  # wall clock (seconds since the epoch) at t_ms 0
 
 
 @dataclass(frozen=True)

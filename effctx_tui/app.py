@@ -43,8 +43,9 @@ class EffctxApp(ConsoleApp):
         replay: Trace | None = None,
         replay_speed: float = 1.0,
         replay_paused: bool = False,
+        theme: str | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(theme=theme)
         self.model_arg = model
         self.profile = profile
         self.max_tokens = max_tokens

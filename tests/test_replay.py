@@ -55,3 +55,12 @@ def test_a_replay_cannot_be_continued(default_model, tmp_path):
     trace, _ = record(default_model, tmp_path, load_profile("exact").with_changes(n_ctx=1024), [("Hello", 2)])
     with pytest.raises(ReplayError, match="can be watched, not continued"):
         play(trace).chat("more")
+
+
+def test_the_replay_rebuilds_the_snapshot_tree(default_model, tmp_path):
+    trace, _ = record(default_model, tmp_path, load_profile("exact").with_changes(n_ctx=1024),
+                      [("Hello", 2), ("And more", 2)])
+    tree = play(trace).tree
+    nodes = list(tree)
+    assert [n.label for n in nodes] == ["start", "Hello", "And more"]
+    assert nodes[2].parent == nodes[1].id

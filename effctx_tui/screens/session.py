@@ -142,7 +142,7 @@ class SessionScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action.startswith("replay_"):
             return self._player is not None
-        if self._player is not None and action in ("snapshots", "cells", "new_conversation"):
+        if self._player is not None and action in ("cells", "new_conversation"):
             return None  # a replay cannot be continued: these are shown disabled
         return True
 
@@ -183,19 +183,24 @@ class SessionScreen(Screen):
         if self._residency_screen is not None and self._residency_screen.is_attached:
             self._residency_screen.update_table(table, engine.residency_report())
 
-    def action_residency(self) -> None:
+    def _viewable_engine(self):
+        """The engine when there is something to look at: a live one that is ready, or a replay."""
         engine = self.app.engine
-        if not self.ready or engine is None:
+        return engine if engine is not None and (self.ready or self._player is not None) else None
+
+    def action_residency(self) -> None:
+        engine = self._viewable_engine()
+        if engine is None:
             return
         tracker = engine.residency
-        self._residency_screen = ResidencyScreen(
-            tracker.table(), tracker.policy, source=OBSERVED, budget=tracker.budget
-        )
+        # A replay's tracker only holds the recorded classes; the policy is the recorded one.
+        policy = getattr(engine, "policy", tracker.policy)
+        self._residency_screen = ResidencyScreen(tracker.table(), policy, source=OBSERVED, budget=tracker.budget)
         self.app.push_screen(self._residency_screen)
 
     def action_snapshots(self) -> None:
-        engine = self.app.engine
-        if not self.ready or engine is None:
+        engine = self._viewable_engine()
+        if engine is None:
             return
         self._snapshots_screen = SnapshotsScreen(
             engine.tree, detokenize=engine.detokenize, restore=engine.restore_node,

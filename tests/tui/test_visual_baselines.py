@@ -1,0 +1,47 @@
+"""SVG baselines of every screen, in a deterministic state: the console plays the shipped
+chat demo (a recorded session of the default model) to its end, at a fixed size, in two
+themes. The cells screen needs a model to describe cells, so it has no replay baseline."""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+
+import pytest
+
+from effctx_core.trace_reader import read_trace
+from effctx_tui.app import EffctxApp
+
+SIZE = (120, 36)
+SCREENS = {"session": [], "residency": ["ctrl+r"], "timings": ["ctrl+g"], "snapshots": ["ctrl+t"], "help": ["f1"]}
+
+
+def demo_app(theme: str) -> EffctxApp:
+    with resources.as_file(resources.files("effctx_tui") / "demos" / "chat.jsonl") as path:
+        trace = read_trace(path)
+    return EffctxApp(replay=trace, replay_speed=64, theme=theme)
+
+
+async def played_to_the_end(pilot) -> None:
+    app = pilot.app
+    for _ in range(1500):
+        if app.player.done and app.session_screen.turns_done == 3:
+            break
+        await pilot.pause(0.02)
+    await pilot.pause(0.4)  # the title and strip refresh on their timers
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    # The snapshots screen shows creation times in local time.
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("theme", ["effctx-dark", "effctx-light"])
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_snapshot_of_each_screen_after_the_chat_demo(snap_compare, utc, screen, theme):
+    assert snap_compare(demo_app(theme), press=SCREENS[screen], terminal_size=SIZE, run_before=played_to_the_end)
