@@ -354,14 +354,6 @@ def test_a_damaged_refs_file_stops_eviction_until_verify_sets_it_aside(tmp_path)
 # --------------------------------------------------------------------------- CLI
 
 
-@pytest.fixture
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
 
 def cli(*argv: str) -> int:
     parser = _Parser(prog="effctx")

@@ -8,7 +8,6 @@ The real conversation: "Hello" (8 tokens, reply " Hello") then "What is two plus
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from snapshot_fixtures import SnapshotsApp
@@ -254,15 +253,6 @@ async def test_the_keys_are_also_commands_in_the_palette():
         await pilot.press("ctrl+u", *"a knock-knock joke", "enter")
         assert app.snapshot_tree.node("n3").label == "a knock-knock joke"
 
-
-@pytest.fixture
-def utc(monkeypatch):
-    # The details panel shows creation times in local time.
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def test_snapshot_a_branched_tree_with_restores_and_a_marked_node(snap_compare, utc):

@@ -4,7 +4,6 @@ themes. The cells screen needs a model to describe cells, so it has no replay ba
 
 from __future__ import annotations
 
-import time
 from importlib import resources
 
 import pytest
@@ -30,15 +29,6 @@ async def played_to_the_end(pilot) -> None:
         await pilot.pause(0.02)
     await pilot.pause(0.4)  # the title and strip refresh on their timers
 
-
-@pytest.fixture
-def utc(monkeypatch):
-    # The snapshots screen shows creation times in local time.
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 @pytest.mark.parametrize("theme", ["effctx-dark", "effctx-light"])
