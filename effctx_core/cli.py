@@ -353,7 +353,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     profile = profile_from_args(args)
     report = run_overhead(
         model_from_args(args, profile), profile, args.prompt_tokens, args.decode_tokens, args.rounds,
-        progress=lambda msg: print(msg, file=sys.stderr, flush=True) if not args.json else None,
+        progress=lambda msg, done, total: print(msg, file=sys.stderr, flush=True) if not args.json else None,
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .backends.registry import get_backend
+from .cancel import Cancelled
 from .contract import (
     ContextOverflowError,
     UnsupportedFeatureError,
@@ -44,6 +45,7 @@ from .trace import (
     SessionOpened,
     SnapshotRestored,
     SnapshotTaken,
+    SwapAbandoned,
     TokenDecoded,
     TraceWriter,
     TurnFinished,
@@ -59,10 +61,14 @@ if TYPE_CHECKING:
 Subscriber = Callable[[Event], None]
 
 
-class PrefillCancelled(EffctxError):
+class PrefillCancelled(Cancelled):
     def __init__(self, done: int, total: int):
         self.done, self.total = done, total
         super().__init__(f"prefill cancelled after {done} of {total} tokens")
+
+
+class SwapCancelled(Cancelled):
+    """A swap's recompute was cancelled: the new cell is closed, the old one kept."""
 
 
 @dataclass(frozen=True)
@@ -189,12 +195,16 @@ class SessionEngine:
 
         The new session is opened first; the tape goes over exactly (the old state
         restored) when the runtime identity allows it, otherwise it is recomputed, which
-        is reported with its cost. Then the old session is closed. The tree is kept.
+        is reported with its cost. Only then is the old session closed, so a recompute
+        can be cancelled (`cancel`): the new session is closed and the conversation stays
+        where it was. The tree is kept either way.
         """
         with self._lock:
             old = self.session
+            before = (self._session, self._tracker, self._executor, self._backend, self.profile, self._tape)
             backend = get_backend(profile.backend)
             t0 = time.perf_counter_ns()
+            self._cancel.clear()  # an Esc pressed before the swap began is not for it
             session, tracker, executor = self._open_cell(backend, profile)
             tape = list(self._tape)
             try:
@@ -208,19 +218,30 @@ class SessionEngine:
                     diff = ", ".join(f"{n} {a!r} -> {b!r}" for n, a, b in old.info.identity.differences(session.info.identity))
                     mode, reason = "recompute", f"another runtime identity ({diff or 'residency policy'})"
                     recomputed = len(tape)
-            except EffctxError:
+                self._session, self._tracker, self._executor = session, tracker, executor
+                self._backend, self.profile = backend, profile
+                if mode == "recompute":
+                    self._tape = []
+                    self._cancellable = True
+                    self._prefill(tape, Segment.OTHER, self._turns, 0)
+                else:
+                    tracker.reset(Segment.OTHER, len(tape))
+            except EffctxError as exc:
+                self._session, self._tracker, self._executor, self._backend, self.profile, self._tape = before
                 session.close()
-                raise
-            old_profile = self.profile
-            self._session, self._tracker, self._executor = session, tracker, executor
-            self._backend, self.profile = backend, profile
+                if not isinstance(exc, PrefillCancelled):
+                    raise
+                ms = (time.perf_counter_ns() - t0) / 1e6
+                self._emit(SwapAbandoned, old_profile=self.profile.name, new_profile=profile.name,
+                           done=exc.done, total=exc.total, tokens=len(self._tape), ms=round(ms, 3))
+                raise SwapCancelled(
+                    f"swap to {profile.name} cancelled after recomputing {exc.done} of {exc.total} tokens; "
+                    f"still on {self.profile.name}"
+                ) from None
+            finally:
+                self._cancellable = False
             old.close()
-            if mode == "recompute":
-                self._tape = []
-                self._prefill(tape, Segment.OTHER, self._turns, 0)
-            else:
-                tracker.reset(Segment.OTHER, len(tape))
-            result = SwapResult(old_profile.name, profile.name, mode, len(tape), recomputed,
+            result = SwapResult(before[4].name, profile.name, mode, len(tape), recomputed,
                                 (time.perf_counter_ns() - t0) / 1e6, reason)
             info = session.info
             self._emit(CellSwapped, old_profile=result.old_profile, new_profile=result.new_profile, mode=mode,
@@ -269,7 +290,8 @@ class SessionEngine:
                 self._tracker.reset()
 
     def cancel(self) -> None:
-        """Stop the running decode after its current token."""
+        """Stop the running turn (its prefill between two chunks, its decode after the
+        current token) or a swap's recompute."""
         self._cancel.set()
 
     # ------------------------------------------------------------------ turns
@@ -314,8 +336,8 @@ class SessionEngine:
         before = tracker.report()
         evicted_before = before.evicted_tokens + before.cold_tokens
         t_start = time.perf_counter_ns()
-        # Only a turn's own prefill stops on cancel: a swap or a restore that recomputes
-        # must finish, or the conversation would be left half moved.
+        # A turn's own prefill stops on cancel (so does a swap's, which can be undone);
+        # a restore that recomputes must finish, or the conversation would be left half moved.
         self._cancellable = True
         try:
             prefix = session.ensure_prefix(cached, self._progress(turn, 0))

@@ -110,6 +110,12 @@ class ReplayEngine:
         elif kind == "residency_action" and event.action in _ACTION_CLASS:
             cls, reason = _ACTION_CLASS[event.action]
             self.residency.mark_range(event.start, event.end, cls, reason)
+        elif kind in ("swap", "swap_cancelled", "node_restore"):
+            # Afterwards the tape is `tokens` long; the prefill chunks of a recompute
+            # (or of a cancelled one) were appended after it above.
+            self._resize(event.tokens)
+            if kind == "node_restore" and event.node in self._node_ids:
+                self.tree.set_current(self._node_ids[event.node])
 
     def _add_node(self, event) -> None:
         """The node the engine added, with its tape length; the tokens themselves are not
@@ -120,6 +126,13 @@ class ReplayEngine:
         node = self.tree.add(parent, (0,) * own, "turn", self._identity, label=label,
                              text=f"{self._input}\n{self._reply}", created=self._started + event.t_ms / 1000)
         self._node_ids[event.node] = node.id
+
+    def _resize(self, n: int) -> None:
+        if n <= len(self._tape):
+            self._truncate(n)
+        else:  # a restore onto another branch: its tokens are not in the trace
+            self.residency.append(Segment.OTHER, n - len(self._tape), self._turn)
+            self._tape.extend([UNKNOWN_TOKEN] * (n - len(self._tape)))
 
     def _truncate(self, n: int) -> None:
         del self._tape[max(n, 0):]

@@ -162,6 +162,20 @@ class CellSwapped(Event):
 
 
 @dataclass(frozen=True)
+class SwapAbandoned(Event):
+    """A swap cancelled during its recompute: the new cell was closed, the old one kept
+    its `tokens`; the prefill chunks before this event belonged to the closed cell."""
+
+    kind: ClassVar[str] = "swap_cancelled"
+    old_profile: str
+    new_profile: str
+    done: int
+    total: int
+    tokens: int
+    ms: float
+
+
+@dataclass(frozen=True)
 class SnapshotTaken(Event):
     kind: ClassVar[str] = "snapshot"
     tokens: int

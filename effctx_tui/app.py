@@ -7,6 +7,8 @@ from typing import Literal
 
 from textual import work
 
+from effctx_core.bench.cell import CellBenchPlan
+from effctx_core.cancel import Cancelled, CancelToken
 from effctx_core.contract import EffctxError
 from effctx_core.engine import SessionEngine
 from effctx_core.models import resolve_model
@@ -55,6 +57,8 @@ class EffctxApp(ConsoleApp):
         # closed and reopened where it was (`effctx --session NAME`).
         self.session_name = session_name
         self.engine: SessionEngine | ReplayEngine | None = None
+        self._loading: CancelToken | None = None  # set while the model is prepared and opened
+        self.bench_plan = CellBenchPlan()  # what the benchmark screen runs
         self.session_screen = SessionScreen(max_tokens)
         # A recorded trace to play instead of a model (`effctx --replay FILE`).
         self.player = ReplayPlayer(self, replay, replay_speed, not replay_paused) if replay is not None else None
@@ -71,20 +75,44 @@ class EffctxApp(ConsoleApp):
         # so the decode loop never blocks on the UI.
         self.session_screen.post_message(EngineEvent(event))
 
-    @work(thread=True, group="engine", exit_on_error=False)
+    @property
+    def loading(self) -> bool:
+        return self._loading is not None
+
     def open_engine(self) -> None:
+        """Prepare the model and open the engine in a worker; `cancel_loading` stops it."""
+        self._loading = CancelToken()
+        self._open_engine(self._loading)
+
+    def cancel_loading(self) -> None:
+        if self._loading is not None:
+            self._loading.cancel()
+
+    @work(thread=True, group="engine", exit_on_error=False)
+    def _open_engine(self, token: CancelToken) -> None:
+        def progress(stage: str, done: int, total: int) -> None:
+            self._forward(ModelProgress(stage=stage, done=done, total=total))
+            # Raised between two blocks: the half-written model file is removed.
+            token.check("model preparation")
+
+        engine = None
         try:
-            path = resolve_model(
-                self.model_arg,
-                progress=lambda stage, done, total: self._forward(ModelProgress(stage=stage, done=done, total=total)),
-            )
+            path = resolve_model(self.model_arg, progress=progress)
+            token.check("model preparation")
             store = SnapshotStore() if self.checkpoints is USER_CACHE else self.checkpoints
             engine = SessionEngine(path, self.profile, trace_path=self.trace, checkpoints=store)
             engine.subscribe(self._forward)
             info = engine.open()
+            # llama.cpp's load cannot be stopped half way; a cancel during it closes the
+            # engine right after, so a cancel always ends with no model open.
+            token.check("model loading")
         except EffctxError as exc:
-            self.session_screen.post_message(EngineFailed(str(exc)))
+            if engine is not None:
+                engine.close()
+            self._loading = None
+            self.session_screen.post_message(EngineFailed(str(exc), cancelled=isinstance(exc, Cancelled)))
             return
+        self._loading = None
         self.engine = engine
         self.session_screen.post_message(EngineReady(info))
         if self.session_name and self.session_name in SnapshotTree.list_sessions():

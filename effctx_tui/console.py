@@ -12,11 +12,12 @@ from typing import Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.content import Content
 from textual.screen import Screen
 
 from .screens.help import HelpScreen, key_display
 from .settings import read_settings, write_setting
-from .themes import load_themes
+from .themes import MUTED, load_themes
 from .widgets.residency_palette import theme_variables
 
 DEFAULT_THEME = "effctx-dark"
@@ -60,6 +61,12 @@ class ConsoleApp(App):
     def get_theme_variable_defaults(self) -> dict[str, str]:
         # Textual's own themes know nothing of the residency classes
         return theme_variables()
+
+    def format_title(self, title: str, sub_title: str) -> Content:
+        # Textual's own dims the subtitle, which no theme can undo
+        if not sub_title:
+            return Content(title)
+        return Content.assemble(title, (f" — {sub_title}", MUTED))
 
     def on_mount(self) -> None:
         for warning in self.startup_warnings:

@@ -23,9 +23,12 @@ class EngineReady(Message):
 
 
 class EngineFailed(Message):
-    def __init__(self, message: str) -> None:
+    """The model could not be prepared or opened, or its preparation was cancelled."""
+
+    def __init__(self, message: str, cancelled: bool = False) -> None:
         super().__init__()
         self.message = message
+        self.cancelled = cancelled
 
 
 class TurnDone(Message):

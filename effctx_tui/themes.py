@@ -35,6 +35,12 @@ COLOUR_KEYS = (
 FLOAT_KEYS = ("luminosity_spread", "text_alpha")
 KNOWN_KEYS = {"name", "dark", "variables", *COLOUR_KEYS, *FLOAT_KEYS}
 
+# The style of secondary text (labels, ids, reasons, notes, the header's subtitle) rather
+# than "dim", which no theme can undo: effctx-high-contrast sets it full white. Not
+# $text-muted: an "auto" colour, which a Content style does not blend (it comes out at
+# full strength in every theme).
+MUTED = "$foreground-muted"
+
 
 class ThemeFileError(ValueError):
     """A theme file that cannot be used; the message is one line, for a notification."""

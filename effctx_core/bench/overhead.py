@@ -15,6 +15,7 @@ from typing import Callable
 import llama_cpp
 
 from ..backends.llama import LlamaSession
+from ..cancel import Cancelled, CancelToken
 from ..backends.llama_runtime import LoadedModel, load_model
 from ..contract import DecodeConfig
 from ..engine import SessionEngine
@@ -116,13 +117,17 @@ def _raw_round(model: LoadedModel, profile: Profile, prompt: list[int], n_decode
     return Rates(len(prompt) / ((t1 - t0) / 1e9), n_decode / ((t2 - t1) / 1e9))
 
 
-def _engine_round(model_path: Path, profile: Profile, prompt_text: str, n_decode: int) -> tuple[Rates, int]:
+def _engine_round(model_path: Path, profile: Profile, prompt_text: str, n_decode: int,
+                  cancel: CancelToken) -> tuple[Rates, int]:
     engine = SessionEngine(model_path, profile)
     try:
         engine.open()
-        result = engine.complete(prompt_text, DecodeConfig(max_tokens=n_decode))
+        with cancel.forwarded_to(engine.cancel):
+            result = engine.complete(prompt_text, DecodeConfig(max_tokens=n_decode))
     finally:
         engine.close()
+    if result.stop_reason == "cancelled":
+        raise Cancelled("benchmark cancelled")
     return Rates(result.prefill_tps, result.decode_tps), result.generated
 
 
@@ -132,23 +137,30 @@ def run_overhead(
     prompt_tokens: int,
     decode_tokens: int,
     rounds: int,
-    progress: Callable[[str], None] = lambda msg: None,
+    progress: Callable[[str, int, int], None] = lambda msg, done, total: None,
+    cancel: CancelToken | None = None,
 ) -> OverheadReport:
+    """`progress(message, steps done, steps)` before each step (the warm-up, then the
+    rounds). A `cancel` stops the engine's side at once and the raw loop after its round:
+    the plain loop stays free of checks, it is the baseline."""
+    cancel = cancel or CancelToken()
     model = load_model(model_path)
     text = filler_text(model.tokenize, prompt_tokens)
     prompt = model.tokenize(text, add_bos=model.facts.add_bos)
-    progress(f"warming up ({len(prompt)}-token prompt)")
+    progress(f"warming up ({len(prompt)}-token prompt)", 0, rounds + 1)
     # The engine may stop at an end-of-generation token; the raw loop then decodes
     # exactly as many tokens, so both rates count the same tokens.
-    _, n_decode = _engine_round(model_path, profile, text, decode_tokens)
+    _, n_decode = _engine_round(model_path, profile, text, decode_tokens, cancel)
     raw, eng = [], []
     for i in range(rounds):
-        progress(f"round {i + 1}/{rounds}")
+        cancel.check("benchmark")
+        progress(f"round {i + 1}/{rounds}", i + 1, rounds + 1)
         # ABBA order: a drift in CPU load over a round does not favour either side.
         if i % 2 == 0:
             raw.append(_raw_round(model, profile, prompt, n_decode))
-            eng.append(_engine_round(model_path, profile, text, n_decode)[0])
+            cancel.check("benchmark")
+            eng.append(_engine_round(model_path, profile, text, n_decode, cancel)[0])
         else:
-            eng.append(_engine_round(model_path, profile, text, n_decode)[0])
+            eng.append(_engine_round(model_path, profile, text, n_decode, cancel)[0])
             raw.append(_raw_round(model, profile, prompt, n_decode))
     return OverheadReport(len(prompt), n_decode, rounds, raw, eng)

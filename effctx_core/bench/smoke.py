@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+from ..cancel import Cancelled, CancelToken
 from ..contract import DecodeConfig
 from ..engine import SessionEngine
 from .workloads import passkey_prompt
@@ -49,7 +50,11 @@ def run_passkey(
     depths: Sequence[float],
     seeds: int,
     progress: Callable[[PasskeyTrial], None] = lambda trial: None,
+    cancel: CancelToken | None = None,
 ) -> list[PasskeyTrial]:
+    """`progress(trial)` after each trial; a `cancel` stops the running trial's prefill
+    or answer at once (through the engine) and raises Cancelled."""
+    cancel = cancel or CancelToken()
     session = engine.session
     trials = []
     for length in lengths:
@@ -61,8 +66,12 @@ def run_passkey(
                 # SPM may merge a token across the needle's edges: widen by one each side.
                 start = max(0, len(session.tokenize(head, bos)) - 1)
                 end = len(session.tokenize(head + task.needle, bos)) + 1
+                cancel.check("smoke")
                 engine.reset()
-                result = engine.complete(task.text, DecodeConfig(max_tokens=ANSWER_TOKENS))
+                with cancel.forwarded_to(engine.cancel):
+                    result = engine.complete(task.text, DecodeConfig(max_tokens=ANSWER_TOKENS))
+                if result.stop_reason == "cancelled":
+                    raise Cancelled("smoke cancelled")
                 answer = result.text.strip()
                 report = engine.residency_report()
                 trial = PasskeyTrial(

@@ -11,8 +11,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
+from effctx_core.cancel import Cancelled
 from effctx_core.cells import Cell
 from effctx_core.contract import EffctxError
 from effctx_core.engine import SwapResult
@@ -41,25 +42,29 @@ def cell_row(cell: Cell, current: str | None) -> list[Text | str]:
 
 
 class CellsScreen(Screen):
-    """Lists cells (loaded by `load`, in a worker); Enter swaps to the selected one with `swap`."""
+    """Lists cells (loaded by `load`, in a worker); Enter swaps to the selected one with
+    `swap`, Esc during a swap's recompute calls `cancel`."""
 
     BINDINGS = [
         Binding("enter", "swap", "Swap to cell"),
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("escape", "back", "Back / cancel swap"),
     ]
     DEFAULT_CSS = """
     CellsScreen {
         #cells-note { height: auto; padding: 0 1; background: $panel; }
+        #swap-progress { display: none; padding: 0 1; }
+        #swap-progress.-running { display: block; }
         #cells-detail { height: auto; padding: 0 1; border: round $panel-lighten-2; }
         DataTable { height: 1fr; }
     }
     """
 
     class Swapped(Message):
-        def __init__(self, result: SwapResult | None, error: str | None) -> None:
+        def __init__(self, result: SwapResult | None, error: str | None, cancelled: bool = False) -> None:
             super().__init__()
             self.result = result
             self.error = error
+            self.cancelled = cancelled
 
     class Loaded(Message):
         def __init__(self, cells: list[Cell]) -> None:
@@ -67,15 +72,18 @@ class CellsScreen(Screen):
             self.cells = cells
 
     def __init__(self, load: Callable[[], list[Cell]], swap: Callable[[Cell], SwapResult] | None,
-                 current: Callable[[], str | None], is_busy: Callable[[], bool] = lambda: False) -> None:
+                 current: Callable[[], str | None], is_busy: Callable[[], bool] = lambda: False,
+                 cancel: Callable[[], None] = lambda: None) -> None:
         super().__init__()
-        self._load, self._swap, self._current, self._is_busy = load, swap, current, is_busy
+        self._load, self._swap, self._current, self._is_busy, self._cancel = load, swap, current, is_busy, cancel
         self.cells: list[Cell] = []
+        self.swapping = False
         self.title = "Cells"
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
         yield Static("Describing every cell (each opens a context briefly)…", id="cells-note")
+        yield ProgressBar(id="swap-progress", show_eta=False)
         yield DataTable(id="cells-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="cells-detail")
         yield Footer()
@@ -134,21 +142,43 @@ class CellsScreen(Screen):
         if cell.profile == self._current():
             self.notify("That is the running cell.")
             return
-        if self._is_busy():
-            self.notify("A reply is still running; Esc on the session screen stops it.", severity="warning")
+        if self._is_busy() or self.swapping:
+            self.notify("A reply or a swap is still running; Esc stops it.", severity="warning")
             return
-        self.query_one("#cells-note", Static).update(f"swapping to {cell.profile}…")
+        self.swapping = True
+        self.query_one("#cells-note", Static).update(f"swapping to {cell.profile}… (Esc cancels a recompute)")
         self._run_swap(cell)
+
+    def action_back(self) -> None:
+        if self.swapping:
+            self._cancel()
+            self.query_one("#cells-note", Static).update("cancelling the swap…")
+        else:
+            self.app.pop_screen()
+
+    def swap_progress(self, done: int, total: int) -> None:
+        """A chunk of the running swap's recompute (the session screen forwards them)."""
+        if self.swapping:
+            bar = self.query_one("#swap-progress", ProgressBar)
+            bar.add_class("-running")
+            bar.update(total=total, progress=done)
 
     @work(thread=True, exclusive=True, exit_on_error=False)
     def _run_swap(self, cell: Cell) -> None:
         try:
             self.post_message(self.Swapped(self._swap(cell), None))
+        except Cancelled as exc:
+            self.post_message(self.Swapped(None, str(exc), cancelled=True))
         except EffctxError as exc:
             self.post_message(self.Swapped(None, str(exc)))
 
     def on_cells_screen_swapped(self, message: Swapped) -> None:
+        self.swapping = False
+        self.query_one("#swap-progress", ProgressBar).remove_class("-running")
         note = self.query_one("#cells-note", Static)
+        if message.cancelled:
+            note.update(message.error)
+            return
         if message.error:
             note.update(f"swap failed: {message.error}")
             self.notify(message.error, severity="error")

@@ -13,6 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.widgets import Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -119,6 +120,9 @@ class ResidencyScreen(Screen):
             view.set_table(self._table)
         self.query_one(BlockInspector).border_title = "Block"
         self.watch(view, "zoom", self._show_zoom)
+        # The signal, not a watch on App.theme: it comes after the stylesheet is reapplied,
+        # when the view's component styles already hold the new theme's colours.
+        self.app.theme_changed_signal.subscribe(self, self._restyle_legend)
         self._show(self._table, self._report)
         view.focus()
 
@@ -140,6 +144,11 @@ class ResidencyScreen(Screen):
         self.query_one(BlockInspector).show(view.cursor_block, len(table))
         if report.evicted_ranges != self._shown_ranges:
             self._show_evicted(report)
+
+    def _restyle_legend(self, theme: Theme) -> None:
+        # the swatches are the view's styles copied into text, so a new theme needs new copies
+        legend = self._legend(self.query_one(ResidencyView), self._report)
+        self.query_one("#residency-legend", Static).update(legend)
 
     def _legend(self, view: ResidencyView, report: ResidencyReport) -> Text:
         text = Text()

@@ -33,6 +33,7 @@ from ..widgets.residency_strip import ResidencyStrip
 from ..widgets.status_line import StatusLine
 from .residency import ResidencyScreen
 from .snapshots import BRANCH, SnapshotsScreen
+from .benchmark import BenchmarkScreen
 from .cells import CellsScreen
 from .timings import TimingsScreen, engine_timeline
 from ..widgets.snapshot_tree import restore_summary
@@ -57,12 +58,14 @@ def path_turns(tree: SnapshotTree, node_id: str) -> list[tuple[str, str]]:
 
 class SessionScreen(Screen):
     BINDINGS = [
-        Binding("escape", "stop", "Stop reply"),
+        Binding("escape", "stop", "Stop"),
+        Binding("ctrl+l", "load_model", "Load model"),
         Binding("ctrl+n", "new_conversation", "New conversation"),
         Binding("ctrl+r", "residency", "Residency"),
         Binding("ctrl+t", "snapshots", "Snapshots"),
         Binding("ctrl+g", "timings", "Timings"),
         Binding("ctrl+o", "cells", "Cells"),
+        Binding("ctrl+b", "bench", "Benchmark"),
         Binding("ctrl+q", "app.quit", "Quit"),
         # Replay only (see check_action): the prompt is disabled then, so these reach us.
         Binding("space", "replay_toggle", "Play/pause (replay)"),
@@ -83,6 +86,7 @@ class SessionScreen(Screen):
         # Fed with every event from the start, so the timings screen has the history.
         self.timeline = engine_timeline(lambda: self.app.engine)
         self._snapshots_screen: SnapshotsScreen | None = None
+        self._cells_screen: CellsScreen | None = None
         self.restores: dict[str, NodeRestore] = {}  # node id -> its last restore, for the snapshots screen
         self._n_ctx = 0
         self._resident = 0
@@ -102,9 +106,13 @@ class SessionScreen(Screen):
         if getattr(self.app, "player", None) is not None:
             self.start_replay(self.app.player)
             return
-        self.query_one(StatusLine).show_loading("preparing the model…")
-        self._show_progress("preparing the model", None, None)
+        self._show_loading()
         self.query_one(Input).focus()
+
+    def _show_loading(self) -> None:
+        self.query_one(StatusLine).show_loading("preparing the model… (Esc cancels)")
+        self.query_one(Input).placeholder = "Loading the model…"
+        self._show_progress("preparing the model", None, None)
 
     # ------------------------------------------------------------------ progress
 
@@ -142,7 +150,9 @@ class SessionScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action.startswith("replay_"):
             return self._player is not None
-        if self._player is not None and action in ("cells", "new_conversation"):
+        if action == "load_model":  # after a failed or cancelled preparation
+            return self._player is None and not self.ready and not getattr(self.app, "loading", False)
+        if self._player is not None and action in ("cells", "new_conversation", "bench"):
             return None  # a replay cannot be continued: these are shown disabled
         return True
 
@@ -160,6 +170,7 @@ class SessionScreen(Screen):
 
     def on_engine_ready(self, message: EngineReady) -> None:
         self.ready = True
+        self.refresh_bindings()
         self._n_ctx = message.info.n_ctx
         self._hide_progress()
         facts = message.info.facts
@@ -170,8 +181,20 @@ class SessionScreen(Screen):
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self._hide_progress()
+        self.refresh_bindings()
+        if not self.ready:
+            self.query_one(Input).placeholder = "No model is open: Ctrl+L loads it"
+        if message.cancelled:
+            self.query_one(StatusLine).show_loading(f"{message.message}: Ctrl+L loads the model")
+            return
         self.query_one(Transcript).add_error(message.message)
         self.query_one(StatusLine).show_loading(f"error: {message.message}")
+
+    def action_load_model(self) -> None:
+        if self.check_action("load_model", ()):
+            self._show_loading()
+            self.app.open_engine()
+            self.refresh_bindings()
 
     def _refresh_residency(self) -> None:
         """Show the engine's current residency in the strip and, if open, the residency screen."""
@@ -212,12 +235,20 @@ class SessionScreen(Screen):
         engine = self.app.engine
         if not self.ready or engine is None:
             return
-        self.app.push_screen(CellsScreen(
+        self._cells_screen = CellsScreen(
             load=lambda: list_cells(engine.model_path, engine.model_path.name),
             swap=lambda cell: engine.swap(cell.profile_record),
             current=lambda: engine.profile.name,
             is_busy=lambda: self.busy,
-        ))
+            cancel=engine.cancel,
+        )
+        self.app.push_screen(self._cells_screen)
+
+    def action_bench(self) -> None:
+        engine = self.app.engine
+        if not self.ready or engine is None:
+            return
+        self.app.push_screen(BenchmarkScreen(engine.model_path, engine.profile, self.app.bench_plan, is_busy=lambda: self.busy))
 
     def action_timings(self) -> None:
         self.app.push_screen(TimingsScreen(self.timeline))
@@ -261,8 +292,11 @@ class SessionScreen(Screen):
                 self.notify(event.message, severity="warning")
             if self._snapshots_open():
                 self._snapshots_screen.refresh_tree()
-        elif isinstance(event, PrefillChunk) and self._snapshots_open():
-            self._snapshots_screen.restore_progress(event.done, event.total)
+        elif isinstance(event, PrefillChunk):
+            if self._snapshots_open():
+                self._snapshots_screen.restore_progress(event.done, event.total)
+            if self._cells_screen is not None and self._cells_screen.is_attached:
+                self._cells_screen.swap_progress(event.done, event.total)
         if isinstance(event, (PrefillChunk, ResidencyChanged, TurnFinished, NodeRestored)) or (
             isinstance(event, TokenDecoded) and event.index % 16 == 0
         ):
@@ -347,3 +381,6 @@ class SessionScreen(Screen):
     def action_stop(self) -> None:
         if self.busy:
             self.app.engine.cancel()
+        elif self._player is None and self.app.loading:
+            self.app.cancel_loading()
+            self.query_one(StatusLine).show_loading("cancelling the model preparation…")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
-from textual.widgets import Static
+from textual.widget import Widget
 
 from effctx_core.residency.blocks import Block, BlockFlag
 
@@ -42,16 +42,37 @@ def block_rows(block: Block) -> list[tuple[str, str]]:
     ]
 
 
-class BlockInspector(Static):
+class BlockInspector(Widget):
+    COMPONENT_CLASSES = {"block-inspector--label"}
+
+    # the labels are secondary text (themes.MUTED); a component class because a Rich grid
+    # takes a Rich style, not a theme variable
+    DEFAULT_CSS = """
+    BlockInspector {
+        height: auto;
+        & > .block-inspector--label { color: $foreground-muted; }
+    }
+    """
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._block: Block | None = None
+        self._n_blocks = 0
+
     def show(self, block: Block | None, n_blocks: int) -> None:
+        self._block, self._n_blocks = block, n_blocks
+        self.refresh(layout=True)
+
+    def render(self) -> RenderableType:
+        # built at each paint, so the labels take the colour of the theme switched to
+        block = self._block
         if block is None:
-            self.update(Text("The tape is empty.", style="italic"))
-            return
+            return Text("The tape is empty.", style="italic")
         # a grid, not plain text, so a long reason wraps under its own column
         grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim", no_wrap=True)
+        grid.add_column(style=self.get_component_rich_style("block-inspector--label"), no_wrap=True)
         grid.add_column(overflow="fold")
         for label, value in block_rows(block):
             grid.add_row(label, value)
-        title = Text(f"Block #{block.index:,} of {n_blocks:,}", style="bold")
-        self.update(Group(title, grid))
+        title = Text(f"Block #{block.index:,} of {self._n_blocks:,}", style="bold")
+        return Group(title, grid)

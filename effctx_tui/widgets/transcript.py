@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.widgets import Static
+
+from ..themes import MUTED
 
 
 class Transcript(VerticalScroll):
@@ -48,9 +51,10 @@ class Transcript(VerticalScroll):
         """The reply as the engine kept it (stop text trimmed), with an optional note."""
         if self._reply is None:
             return
-        text = Text(final_text.lstrip())
+        text = Content(final_text.lstrip())
         if note:
-            text.append(f"  [{note}]", style="dim italic")
+            # Content, not Rich Text, can take a theme variable
+            text = text.append_text(f"  [{note}]", f"{MUTED} italic")
         self._reply.update(text)
         self._reply = None
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from textual.widgets import DataTable, Static
+import asyncio
+
+from textual import events
+from textual.widgets import DataTable, Input, ProgressBar, Static
 
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.cells import CellsScreen
@@ -32,3 +35,28 @@ async def test_the_cells_screen_lists_cells_and_swaps_the_conversation(default_m
         assert app.engine.tape == tape
         await pilot.press("escape")
         assert "q8" in screen.sub_title
+
+
+async def test_escape_during_a_swap_recompute_cancels_it_and_stays_on_the_running_cell(default_model):
+    app = EffctxApp(max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(140, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        screen.query_one(Input).value = "The grass is green. " * 500
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.turns_done == 1)
+        tape, running = app.engine.tape, app.engine.profile.name
+        await pilot.press("ctrl+o")
+        cells = app.screen
+        await wait_for(pilot, lambda: len(cells.cells) > 0)
+        cells.query_one(DataTable).move_cursor(row=[c.profile for c in cells.cells].index("q8"))
+        await pilot.press("enter")
+        bar = cells.query_one("#swap-progress", ProgressBar)
+        while bar.total != len(tape):  # the recompute's first chunk is done
+            await asyncio.sleep(0.005)
+        app.post_message(events.Key("escape", None))
+        await wait_for(pilot, lambda: not cells.swapping)
+        note = str(cells.query_one("#cells-note", Static).render())
+        assert note.startswith("swap to q8 cancelled after recomputing ") and note.endswith(f"still on {running}")
+        assert app.screen is cells and app.engine.profile.name == running
+        assert app.engine.tape == tape and list(app.engine.session.tokens) == list(tape)

@@ -56,12 +56,14 @@ async def test_the_help_lists_the_session_screen_s_keys_exactly(config_home):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f1")
         assert help_rows(app, "session") == [
-            ("esc", "Stop reply"),
+            ("esc", "Stop"),
+            ("^l", "Load model"),
             ("^n", "New conversation"),
             ("^r", "Residency"),
             ("^t", "Snapshots"),
             ("^g", "Timings"),
             ("^o", "Cells"),
+            ("^b", "Benchmark"),
             ("^q", "Quit"),
             ("space", "Play/pause (replay)"),
             ("n", "Step (replay)"),
@@ -77,7 +79,7 @@ async def test_every_screen_has_a_section_with_the_keys_of_the_widgets_it_hosts(
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f1")
         titles = [str(w.render()) for w in app.screen.query(".help-title")]
-        assert titles == ["Everywhere", "Session", "Residency", "Snapshots", "Diff", "Cells",
+        assert titles == ["Everywhere", "Session", "Residency", "Snapshots", "Diff", "Benchmark", "Cells",
                           "Confirm dialog", "Rename dialog", "Timings"]
         assert help_rows(app, "residency") == [
             ("esc", "Back"), ("←→", "Block"), ("→ l", "Next block"), ("↑↓", "Row"), ("↓ j", "Next row"),
@@ -92,12 +94,13 @@ async def test_every_session_key_is_a_palette_command_and_in_the_footer(config_h
     async with app.run_test(size=(160, 30)):
         screen = app.screen
         titles = {command.title for command in app.get_system_commands(screen)}
-        assert {"Stop reply", "New conversation", "Residency", "Snapshots", "Timings", "Quit",
-                "Help", "Next theme"} <= titles
+        assert {"Stop", "Load model", "New conversation", "Residency", "Snapshots", "Timings", "Cells", "Benchmark",
+                "Quit", "Help", "Next theme"} <= titles
         footer = [(key.key_display, key.description) for key in screen.query_one(Footer).query(FooterKey)]
-        assert footer == [("esc", "Stop reply"), ("^n", "New conversation"), ("^r", "Residency"),
-                          ("^t", "Snapshots"), ("^g", "Timings"), ("^o", "Cells"), ("^q", "Quit"), ("f1", "Help"), ("f2", "Theme"),
-                          ("^p", "palette")]
+        # No model is open here, so Ctrl+L (load it) is offered.
+        assert footer == [("esc", "Stop"), ("^l", "Load model"), ("^n", "New conversation"), ("^r", "Residency"),
+                          ("^t", "Snapshots"), ("^g", "Timings"), ("^o", "Cells"), ("^b", "Benchmark"), ("^q", "Quit"),
+                          ("f1", "Help"), ("f2", "Theme"), ("^p", "palette")]
 
 
 def test_snapshot_the_help_screen(snap_compare, config_home):

@@ -151,3 +151,21 @@ async def test_escape_cancels_a_long_prefill(default_model):
         await wait_for(pilot, lambda: screen.turns_done == 1)
         assert screen.last_result.stop_reason == "cancelled"
         assert screen.last_result.prefilled < 2506
+
+
+async def test_escape_cancels_the_model_preparation_and_ctrl_l_loads_it_again(default_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the default model is assembled afresh
+    app = EffctxApp(max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        label = screen.query_one("#progress-label")
+        while str(label.render()) != "assembling default model":
+            await asyncio.sleep(0.005)
+        app.post_message(events.Key("escape", None))
+        await wait_for(pilot, lambda: not app.loading)
+        assert status_text(screen) == "model preparation cancelled: Ctrl+L loads the model"
+        assert not screen.ready and app.engine is None
+        assert [p for p in (tmp_path / "data").rglob("*") if p.is_file()] == []
+        await pilot.press("ctrl+l")
+        await wait_for(pilot, lambda: screen.ready)
+        assert (tmp_path / "data" / "effctx" / "models" / default_model.name).is_file()

@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 from textual.command import CommandList
+from textual.geometry import Region
 from theme_fixtures import SIZE, StripApp, ThemedResidencyApp, config_home  # noqa: F401 - config_home is a fixture
 from pilot_wait import wait_for
 
 from effctx_tui.themes import ThemeFileError, builtin_theme_files, load_theme_file, load_themes
+from effctx_tui.widgets.block_inspector import BlockInspector, block_rows
 from effctx_tui.widgets.residency_palette import theme_variables
 from effctx_tui.widgets.residency_strip import ResidencyStrip
+from effctx_tui.widgets.residency_view import ResidencyView
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,6 +33,40 @@ def strip_runs(app) -> list[tuple[int, str]]:
 def expected_runs(theme: str) -> list[tuple[int, str]]:
     variables = {t.name: t for t in load_themes().themes}[theme].variables
     return [(cells, variables[f"residency-{cls}"]) for cells, cls in STRIP_RUNS]
+
+
+# The first row of the residency view at SIZE in block zoom, as (cells, class), the
+# cursor's sink block first (see test_residency_screen).
+VIEW_ROW = [(1, "sink"), (9, "hot"), (10, "evicted"), (10, "hot"), (5, "evicted"), (5, "hot"),
+            (5, "cold"), (14, "hot")]
+LEGEND_CLASSES = ["sink", "recent", "hot", "cold", "evicted"]
+
+
+def theme_vars(theme: str) -> dict[str, str]:
+    return {t.name: t for t in load_themes().themes}[theme].variables
+
+
+def painted(widget) -> list[list]:
+    """The widget's lines as painted: lists of Rich segments."""
+    return widget.render_lines(Region(0, 0, *widget.outer_size))
+
+
+def legend_swatches(app) -> list[tuple[str, str]]:
+    """(background, colour) of each class's swatch in the residency legend, left to right."""
+    line = painted(app.screen.query_one("#residency-legend"))[0]
+    return [(s.style.bgcolor.triplet.hex, s.style.color.triplet.hex) for s in line if s.text == "  "]
+
+
+def view_row(app) -> list[tuple[int, str]]:
+    line = app.screen.query_one(ResidencyView).render_line(0)
+    return [(len(s.text), s.style.bgcolor.triplet.hex) for s in line][:-1]  # the last is the gutter
+
+
+def inspector_labels(app) -> dict[str, str]:
+    """Each label of the block inspector with its style as painted."""
+    labels = {label for label, _ in block_rows(app.screen.query_one(ResidencyView).cursor_block)}
+    return {s.text.strip(): str(s.style) for line in painted(app.screen.query_one(BlockInspector))
+            for s in line if s.text.strip() in labels}
 
 
 def notifications(app) -> list[tuple[str, str]]:
@@ -99,6 +136,30 @@ async def test_f2_cycles_the_effctx_themes_and_the_strip_takes_their_colours(con
         assert strip_runs(app) == expected_runs("effctx-light")
         await pilot.press("f2")
         assert app.theme == "effctx-dark"
+
+
+async def test_the_open_residency_screen_takes_the_colours_of_the_theme_switched_to(config_home):
+    app = ThemedResidencyApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        assert app.theme == "effctx-high-contrast"
+        hc = theme_vars("effctx-high-contrast")
+        assert legend_swatches(app) == [(hc[f"residency-{cls}"], hc[f"residency-{cls}-mark"]) for cls in LEGEND_CLASSES]
+        assert view_row(app) == [(cells, hc[f"residency-{cls}"]) for cells, cls in VIEW_ROW]
+        assert set(inspector_labels(app).values()) == {"#ffffff on #000000"}
+
+
+async def test_high_contrast_shows_secondary_text_at_full_strength(config_home):
+    app = ThemedResidencyApp(theme="effctx-high-contrast")
+    async with app.run_test(size=SIZE):
+        # the block inspector's labels: its muted foreground (white), not dimmed
+        assert inspector_labels(app) == {
+            label: "#ffffff on #000000"
+            for label in ("tokens", "position", "segment", "class", "flags", "last use", "score", "why")}
+        # the header's subtitle, on the panel
+        title = painted(app.screen.query_one("HeaderTitle"))[0]
+        assert [(s.text, str(s.style)) for s in title if s.text.strip()] == [
+            ("Residency", "#ffffff on #303030"), (" — policy streaming", "#ffffff on #303030")]
 
 
 async def test_a_textual_theme_without_residency_variables_gets_the_default_hues(config_home):

@@ -1,0 +1,91 @@
+"""The console's benchmark of one cell: throughput and the passkey smoke, side by side.
+
+Both run on sessions of their own with the cell's profile, so the conversation in the
+console is not touched; no throughput figure is shown without the answer-quality one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..cancel import CancelToken
+from ..engine import SessionEngine
+from ..profiles import Profile
+from .overhead import OverheadReport, run_overhead
+from .smoke import ANSWER_TOKENS, PasskeyTrial, run_passkey
+
+ProgressFn = Callable[[str, int, int], None]  # message, steps done, steps
+
+
+@dataclass(frozen=True)
+class CellBenchPlan:
+    prompt_tokens: int = 512
+    decode_tokens: int = 32
+    rounds: int = 2
+    passkey_tokens: int = 1024
+    depths: tuple[float, ...] = (0.1, 0.5, 0.9)
+
+    @property
+    def steps(self) -> int:
+        return self.rounds + 1 + len(self.depths)  # warm-up, rounds, one trial per depth
+
+    def passkey_length(self, profile: Profile) -> int:
+        """The smoke's prompt length: the plan's, cut to what the profile can hold when it
+        does not evict (an evicting profile is meant to be asked beyond its window)."""
+        if profile.residency.policy != "none":
+            return self.passkey_tokens
+        return min(self.passkey_tokens, profile.n_ctx - ANSWER_TOKENS - 64)
+
+
+@dataclass(frozen=True)
+class CellBenchReport:
+    profile: str
+    throughput: OverheadReport
+    trials: list[PasskeyTrial] = field(default_factory=list)
+
+    @property
+    def found(self) -> int:
+        return sum(t.correct for t in self.trials)
+
+    def summary(self) -> str:
+        t = self.throughput
+        engine = t.to_dict()["engine"]
+        length = self.trials[0].length if self.trials else 0
+        return (f"{self.profile}: prefill {engine['prefill_tps']:.0f} tok/s, decode {engine['decode_tps']:.1f} tok/s "
+                f"(engine/direct {t.prefill_ratio:.3f} / {t.decode_ratio:.3f}) · "
+                f"passkey {self.found}/{len(self.trials)} found at {length} tokens")
+
+
+def run_cell_bench(
+    model_path: Path,
+    profile: Profile,
+    plan: CellBenchPlan = CellBenchPlan(),
+    progress: ProgressFn = lambda msg, done, total: None,
+    cancel: CancelToken | None = None,
+) -> CellBenchReport:
+    cancel = cancel or CancelToken()
+    steps = plan.steps
+    throughput = run_overhead(
+        model_path, profile, plan.prompt_tokens, plan.decode_tokens, plan.rounds,
+        progress=lambda msg, done, total: progress(f"throughput: {msg}", done, steps), cancel=cancel,
+    )
+    first_trial = plan.rounds + 1
+    length = plan.passkey_length(profile)
+    progress(f"passkey smoke: {length} tokens, depth {plan.depths[0]}", first_trial, steps)
+    done = []
+
+    def trial_done(trial: PasskeyTrial) -> None:
+        done.append(trial)
+        if len(done) < len(plan.depths):
+            progress(f"passkey smoke: {length} tokens, depth {plan.depths[len(done)]}", first_trial + len(done), steps)
+
+    engine = SessionEngine(model_path, profile)
+    try:
+        engine.open()
+        trials = run_passkey(engine, [length], plan.depths, 1, progress=trial_done, cancel=cancel)
+    finally:
+        engine.close()
+    progress("done", steps, steps)
+    return CellBenchReport(profile.name, throughput, trials)

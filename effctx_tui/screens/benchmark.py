@@ -1,0 +1,154 @@
+"""The benchmark screen: the running cell's throughput with the passkey smoke beside it,
+run in a worker on sessions of their own, with progress; Esc cancels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+
+from effctx_core.bench.cell import CellBenchPlan, CellBenchReport, run_cell_bench
+from effctx_core.cancel import Cancelled, CancelToken
+from effctx_core.contract import EffctxError
+from effctx_core.profiles import Profile
+
+
+def _number(value: float, places: int) -> Text:
+    return Text(f"{value:,.{places}f}", justify="right")
+
+
+class BenchmarkScreen(Screen):
+    BINDINGS = [
+        Binding("r", "run", "Run"),
+        Binding("escape", "back", "Back / cancel"),
+    ]
+    DEFAULT_CSS = """
+    BenchmarkScreen {
+        #bench-note, #bench-summary { height: auto; padding: 0 1; }
+        #bench-summary { margin-top: 1; text-style: bold; }
+        #bench-note { background: $panel; }
+        #bench-progress-row { height: 1; padding: 0 1; display: none; }
+        #bench-progress-row.-running { display: block; }
+        #bench-label { width: 1fr; }
+        .bench-title { padding: 1 1 0 1; text-style: bold; }
+        DataTable { height: auto; max-height: 50%; margin: 0 1; }
+    }
+    """
+
+    class Progress(Message):
+        def __init__(self, message: str, done: int, total: int) -> None:
+            super().__init__()
+            self.message, self.done, self.total = message, done, total
+
+    class Finished(Message):
+        def __init__(self, report: CellBenchReport | None, error: str | None, cancelled: bool = False) -> None:
+            super().__init__()
+            self.report, self.error, self.cancelled = report, error, cancelled
+
+    def __init__(self, model_path: Path, profile: Profile, plan: CellBenchPlan,
+                 is_busy: Callable[[], bool] = lambda: False) -> None:
+        super().__init__()
+        self.model_path, self.profile, self.plan, self._is_busy = model_path, profile, plan, is_busy
+        self.report: CellBenchReport | None = None
+        self._token: CancelToken | None = None
+        self.title = "Benchmark"
+
+    @property
+    def running(self) -> bool:
+        return self._token is not None
+
+    def compose(self) -> ComposeResult:
+        p = self.plan
+        yield Header(show_clock=False)
+        yield Static(
+            f"The running cell ({self.profile.name}) on sessions of its own; the conversation is not touched.\n"
+            f"Throughput: a {p.prompt_tokens}-token prompt, {p.decode_tokens} decoded, {p.rounds} rounds of the engine "
+            f"against a direct llama.cpp loop. Quality: the passkey smoke at {p.passkey_length(self.profile)} tokens, "
+            f"depths {', '.join(str(d) for d in p.depths)}. r runs, Esc cancels.",
+            id="bench-note",
+        )
+        with Horizontal(id="bench-progress-row"):
+            yield Label("", id="bench-label")
+            yield ProgressBar(id="bench-progress", show_eta=False)
+        yield Label("Throughput (median tok/s)", classes="bench-title")
+        yield DataTable(id="bench-throughput", cursor_type="none")
+        yield Label("Answer quality (passkey)", classes="bench-title")
+        yield DataTable(id="bench-quality", cursor_type="none")
+        yield Static("", id="bench-summary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#bench-throughput", DataTable).add_columns("", "prefill tok/s", "decode tok/s")
+        self.query_one("#bench-quality", DataTable).add_columns("depth", "key", "answer", "verdict", "TTFT ms")
+
+    def action_run(self) -> None:
+        if self.running:
+            return
+        if self._is_busy():
+            self.notify("A reply is still running; Esc on the session screen stops it.", severity="warning")
+            return
+        for table in self.query(DataTable):
+            table.clear()
+        self.query_one("#bench-summary", Static).update("")
+        self._token = CancelToken()
+        self.query_one("#bench-progress-row").add_class("-running")
+        self._show_progress("starting", 0, self.plan.steps)
+        self._run(self._token)
+
+    def action_back(self) -> None:
+        if self.running:
+            self._token.cancel()
+            self.query_one("#bench-label", Label).update("cancelling…")
+        else:
+            self.app.pop_screen()
+
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def _run(self, token: CancelToken) -> None:
+        try:
+            report = run_cell_bench(self.model_path, self.profile, self.plan,
+                                    progress=lambda m, d, t: self.post_message(self.Progress(m, d, t)), cancel=token)
+        except Cancelled as exc:
+            self.post_message(self.Finished(None, str(exc), cancelled=True))
+        except EffctxError as exc:
+            self.post_message(self.Finished(None, str(exc)))
+        else:
+            self.post_message(self.Finished(report, None))
+
+    def _show_progress(self, message: str, done: int, total: int) -> None:
+        self.query_one("#bench-label", Label).update(message)
+        self.query_one("#bench-progress", ProgressBar).update(total=total, progress=done)
+
+    def on_benchmark_screen_progress(self, message: Progress) -> None:
+        if self.running and not self._token.cancelled:
+            self._show_progress(message.message, message.done, message.total)
+
+    def on_benchmark_screen_finished(self, message: Finished) -> None:
+        self._token = None
+        self.query_one("#bench-progress-row").remove_class("-running")
+        summary = self.query_one("#bench-summary", Static)
+        if message.report is None:
+            summary.update(Text(message.error, style="" if message.cancelled else "red"))
+            return
+        self.report = report = message.report
+        t = report.throughput.to_dict()
+        rows = self.query_one("#bench-throughput", DataTable)
+        rows.add_row("direct llama.cpp", _number(t["raw"]["prefill_tps"], 1), _number(t["raw"]["decode_tps"], 1))
+        rows.add_row("engine", _number(t["engine"]["prefill_tps"], 1), _number(t["engine"]["decode_tps"], 1))
+        rows.add_row("engine / direct", _number(t["prefill_ratio"], 3), _number(t["decode_ratio"], 3))
+        quality = self.query_one("#bench-quality", DataTable)
+        for trial in report.trials:
+            verdict = Text(trial.verdict, style="" if trial.correct else "bold red")
+            quality.add_row(f"{trial.depth:.2f}", trial.key, trial.answer[:40], verdict, _number(trial.ttft_ms, 0))
+        summary.update(report.summary())
+
+    def on_unmount(self) -> None:
+        if self._token is not None:
+            self._token.cancel()  # the screen is gone: nobody would see the result
