@@ -521,18 +521,18 @@ class SessionEngine:
                 # the state held a stop text the tape had dropped: cut it off
                 session.ensure_prefix(tape)
             recomputed = 0
-            if mode == "recompute":
-                if self.residency.evicts:
-                    session.ensure_prefix([])
-                    self._tape = []
-                    self.residency.reset()
-                    self._prefill(tape, Segment.OTHER, self._turns, 0)
-                    recomputed = len(tape)
-                else:
-                    status = session.ensure_prefix(tape, self._progress(self._turns, 0))
-                    recomputed = status.prefilled
-            self._tape = tape
-            self.residency.reset(Segment.OTHER, len(tape))
+            if mode == "recompute" and self.residency.evicts:
+                # Streamed through the policy again: the map is the one this recompute made.
+                session.ensure_prefix([])
+                self._tape = []
+                self.residency.reset()
+                self._prefill(tape, Segment.OTHER, self._turns, 0)
+                recomputed = len(tape)
+            else:
+                if mode == "recompute":
+                    recomputed = session.ensure_prefix(tape, self._progress(self._turns, 0)).prefilled
+                self._tape = tape
+                self.residency.reset(Segment.OTHER, len(tape))
             tree.set_current(node_id)
             restore = NodeRestore(node_id, mode, len(tape), recomputed, (time.perf_counter_ns() - t0) / 1e6, reason)
             self._emit(NodeRestored, node=node_id, mode=mode, tokens=len(tape), recomputed=recomputed,

@@ -116,3 +116,16 @@ def test_blocks_know_why_they_were_evicted(open_engine):
     assert middle.cls is BlockClass.EVICTED
     assert middle.reason.text == "outside the sink and recent windows of a streaming policy"
     assert table.block(0).cls is BlockClass.SINK
+
+
+def test_restoring_a_node_under_an_evicting_policy_keeps_the_map_of_its_recompute(open_engine):
+    engine = open_engine(STREAMING)
+    engine.complete("The grass is green. " * 100, DecodeConfig(max_tokens=2))
+    node = engine.tree.current
+    engine.complete(" And the sky is blue.", DecodeConfig(max_tokens=2))
+    restore = engine.restore_node(node)
+    report = engine.residency_report()
+    assert (restore.mode, restore.recomputed) == ("recompute", len(engine.tape))
+    assert report.evicted_tokens > 0 and report.resident_tokens <= STREAMING.residency.budget
+    assert report.resident_tokens == engine.explain().resident_tokens
+    assert cache_matches_plan(engine)
