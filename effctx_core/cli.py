@@ -260,7 +260,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_text_file(path: str, what: str) -> str:
+def read_text_file(path: str, what: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -276,14 +276,14 @@ def _read_text_file(path: str, what: str) -> str:
 def _read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is not None:
         return args.prompt
-    return _read_text_file(args.prompt_file, "prompt")
+    return read_text_file(args.prompt_file, "prompt")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .engine import SessionEngine
 
     prompt = _read_prompt(args)
-    prefix_text = _read_text_file(args.prefix_file, "prefix") if args.prefix_file else None
+    prefix_text = read_text_file(args.prefix_file, "prefix") if args.prefix_file else None
     if args.max_tokens < 0:
         raise EffctxError("--max-tokens must be 0 or more")
     profile = profile_from_args(args)

@@ -597,7 +597,8 @@ class SessionEngine:
     def load_prefix(self, text: str, kind: Segment = Segment.DOCUMENT) -> PrefixLoad:
         """Make a stable prefix (a system prompt, a document) resident at the start of the
         session: restored from the prefix cache when this runtime identity has stored
-        exactly these tokens, else prefilled and stored for the next session."""
+        exactly these tokens, else prefilled and stored for the next session. Its prefill
+        can be cancelled (`cancel`), which leaves the session empty."""
         from .snapshots import SnapshotError, load_snapshot, save_snapshot
 
         with self._lock:
@@ -621,7 +622,17 @@ class SessionEngine:
                     self._tape = list(tokens)
                     self.residency.reset(kind, len(tokens))
                     return self._prefix_loaded("hit", tokens, t0, key, None)
-            self._prefill(tokens, kind, 0, 0)
+            self._cancel.clear()
+            self._cancellable = True
+            try:
+                self._prefill(tokens, kind, 0, 0)
+            except PrefillCancelled:
+                # Nothing of the prefix counts: the next turn drops what was prefilled.
+                self._tape = []
+                self.residency.reset()
+                raise
+            finally:
+                self._cancellable = False
             if store is None:
                 return self._prefix_loaded("off", tokens, t0, None, message)
             if self.residency.report().resident_tokens < len(tokens):

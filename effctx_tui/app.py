@@ -10,7 +10,7 @@ from textual import work
 from effctx_core.bench.cell import CellBenchPlan
 from effctx_core.cancel import Cancelled, CancelToken
 from effctx_core.contract import EffctxError
-from effctx_core.engine import SessionEngine
+from effctx_core.engine import PrefillCancelled, SessionEngine
 from effctx_core.models import resolve_model
 from effctx_core.profiles import DEFAULT_PROFILE, Profile
 from effctx_core.snapshots import SnapshotStore
@@ -27,6 +27,10 @@ from .screens.session import SessionScreen
 # The default of `checkpoints`: a store in the user cache dir. None is a choice of its
 # own (nodes keep no state, so every restore recomputes), hence a named default.
 USER_CACHE = "user-cache"
+
+
+def _store(choice: SnapshotStore | None | str) -> SnapshotStore | None:
+    return SnapshotStore() if choice == USER_CACHE else choice
 
 
 class EffctxApp(ConsoleApp):
@@ -46,6 +50,9 @@ class EffctxApp(ConsoleApp):
         replay_speed: float = 1.0,
         replay_paused: bool = False,
         theme: str | None = None,
+        prefix_text: str | None = None,
+        prefix_name: str = "prefix",
+        prefix_cache: SnapshotStore | None | Literal["user-cache"] = USER_CACHE,
     ) -> None:
         super().__init__(theme=theme)
         self.model_arg = model
@@ -53,6 +60,9 @@ class EffctxApp(ConsoleApp):
         self.max_tokens = max_tokens
         self.trace = trace
         self.checkpoints = checkpoints
+        # A stable prefix (system prompt, document) made resident before the first turn,
+        # restored from the prefix cache when this cell stored it before.
+        self.prefix_text, self.prefix_name, self.prefix_cache = prefix_text, prefix_name, prefix_cache
         # The tree is saved under this name after every change, so a console can be
         # closed and reopened where it was (`effctx --session NAME`).
         self.session_name = session_name
@@ -99,13 +109,19 @@ class EffctxApp(ConsoleApp):
         try:
             path = resolve_model(self.model_arg, progress=progress)
             token.check("model preparation")
-            store = SnapshotStore() if self.checkpoints is USER_CACHE else self.checkpoints
-            engine = SessionEngine(path, self.profile, trace_path=self.trace, checkpoints=store)
+            engine = SessionEngine(path, self.profile, trace_path=self.trace, checkpoints=_store(self.checkpoints),
+                                   prefix_cache=_store(self.prefix_cache) if self.prefix_text is not None else None)
             engine.subscribe(self._forward)
             info = engine.open()
             # llama.cpp's load cannot be stopped half way; a cancel during it closes the
             # engine right after, so a cancel always ends with no model open.
             token.check("model loading")
+            reopen = bool(self.session_name) and self.session_name in SnapshotTree.list_sessions()
+            if self.prefix_text is not None and reopen:
+                self.call_from_thread(self.notify, f"{self.prefix_name} not loaded: session {self.session_name} "
+                                      "is reopened with its own conversation", severity="warning")
+            elif self.prefix_text is not None:
+                self._load_prefix(engine, token)
         except EffctxError as exc:
             if engine is not None:
                 engine.close()
@@ -115,11 +131,18 @@ class EffctxApp(ConsoleApp):
         self._loading = None
         self.engine = engine
         self.session_screen.post_message(EngineReady(info))
-        if self.session_name and self.session_name in SnapshotTree.list_sessions():
+        if reopen:
             try:
                 engine.load_session(self.session_name)
             except EffctxError as exc:
                 self.session_screen.post_message(EngineFailed(f"session {self.session_name} not reopened: {exc}"))
+
+    def _load_prefix(self, engine: SessionEngine, token: CancelToken) -> None:
+        try:
+            with token.forwarded_to(engine.cancel):
+                engine.load_prefix(self.prefix_text)
+        except PrefillCancelled as stop:
+            raise Cancelled(f"loading {self.prefix_name} cancelled after {stop.done} of {stop.total} tokens") from None
 
     @work(thread=True, group="save", exclusive=True, exit_on_error=False)
     def save_session(self) -> None:

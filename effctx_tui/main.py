@@ -6,9 +6,18 @@ import json
 import sys
 import time
 from importlib import resources
+from pathlib import Path
 from typing import Sequence
 
-from effctx_core.cli import COMMANDS, EXIT_BAD_INPUT, _Parser, add_runtime_options, profile_from_args, run_command
+from effctx_core.cli import (
+    COMMANDS,
+    EXIT_BAD_INPUT,
+    _Parser,
+    read_text_file,
+    add_runtime_options,
+    profile_from_args,
+    run_command,
+)
 from effctx_core.contract import EffctxError
 from effctx_core.snapshots.tree_file import check_name
 
@@ -28,6 +37,10 @@ def _console_parser() -> _Parser:
                              "(default: a new session named by the date and time)")
     parser.add_argument("--no-checkpoints", action="store_true",
                         help="save no snapshot states (restoring a snapshot then recomputes it)")
+    parser.add_argument("--prefix-file", metavar="FILE",
+                        help="a system prompt or document made resident before the first turn; its state is "
+                             "kept in the prefix cache, so the next console with the same file and cell restores it")
+    parser.add_argument("--no-prefix-cache", action="store_true", help="prefill the prefix without the prefix cache")
     return parser
 
 
@@ -103,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if opts.session:
             check_name(opts.session)
         replay = _replay_trace(opts)
+        prefix_text = read_text_file(opts.prefix_file, "prefix") if opts.prefix_file else None
+        if prefix_text is not None and replay is not None:
+            raise EffctxError("--prefix-file needs a model: a replay plays its recorded prefix")
     except EffctxError as exc:
         print(f"effctx: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -113,7 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         app = EffctxApp(model=opts.model or profile.model, profile=profile, max_tokens=opts.max_tokens,
                         trace=opts.record or opts.trace, checkpoints=None if opts.no_checkpoints else USER_CACHE,
-                        session_name=opts.session or time.strftime("%Y%m%d-%H%M%S"))
+                        session_name=opts.session or time.strftime("%Y%m%d-%H%M%S"),
+                        prefix_text=prefix_text, prefix_name=Path(opts.prefix_file).name if opts.prefix_file else "prefix",
+                        prefix_cache=None if opts.no_prefix_cache else USER_CACHE)
     app.run()
     return app.return_code or 0
 

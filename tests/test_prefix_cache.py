@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from effctx_core.contract import DecodeConfig
+from effctx_core.engine import PrefillCancelled, SessionEngine
+from effctx_core.profiles import load_profile
+from effctx_core.snapshots import SnapshotStore
+
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 QUESTION = " What colour is the grass?"
 
@@ -88,3 +93,19 @@ def test_an_unwritable_cache_is_one_line_and_the_run_goes_on(tmp_path, prefix_fi
     assert data["cache"] == "miss" and data["text"]
     warnings = [line for line in stderr.splitlines() if line.startswith("effctx: prefix cache not written")]
     assert len(warnings) == 1 and warnings[0].endswith("running without it")
+
+
+def test_a_cancelled_prefix_load_leaves_an_empty_session_and_stores_nothing(default_model, tmp_path):
+    store = SnapshotStore(tmp_path / "store")
+    engine = SessionEngine(default_model, load_profile("exact").with_changes(n_ctx=2048), prefix_cache=store)
+    engine.open()
+    engine.subscribe(lambda e: engine.cancel() if e.kind == "prefill_chunk" else None)
+    try:
+        with pytest.raises(PrefillCancelled, match=r"^prefill cancelled after 512 of \d+ tokens$"):
+            engine.load_prefix("The grass is green. " * 150)
+        assert engine.tape == () and engine.residency_report().n_tokens == 0
+        assert store.ls() == []
+        result = engine.complete("Hello", DecodeConfig(max_tokens=1))
+        assert result.reused == 0 and result.dropped == 512
+    finally:
+        engine.close()

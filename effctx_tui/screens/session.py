@@ -21,6 +21,7 @@ from effctx_core.trace import (
     NodeAdded,
     NodeRestored,
     PrefillChunk,
+    PrefixCacheLookup,
     ResidencyChanged,
     SessionOpened,
     TokenDecoded,
@@ -41,6 +42,16 @@ from ..widgets.transcript import Transcript
 
 # Prefills shorter than this finish before a progress bar would be readable.
 PROGRESS_MIN_TOKENS = 256
+
+
+def prefix_note(name: str, event: PrefixCacheLookup) -> str:
+    """What became of a stable prefix, as the transcript's first line."""
+    if event.result == "hit":
+        return f"{name}: {event.tokens:,} tokens restored from the prefix cache in {event.ms:,.0f} ms"
+    how = f"{name}: {event.tokens:,} tokens prefilled in {event.ms:,.0f} ms"
+    if event.result == "off":
+        return f"{how} (prefix cache off)"
+    return f"{how}, stored in the prefix cache" if event.key else f"{how}, not stored in the prefix cache"
 
 
 def path_turns(tree: SnapshotTree, node_id: str) -> list[tuple[str, str]]:
@@ -177,7 +188,7 @@ class SessionScreen(Screen):
         self.sub_title = f"{facts.name} · {message.info.backend} {message.info.backend_version} · n_ctx {message.info.n_ctx}"
         prompt = self.query_one(Input)
         prompt.placeholder = "Say something and press Enter (Esc stops a reply)"
-        self.query_one(StatusLine).show_ready(0, self._n_ctx)
+        self.query_one(StatusLine).show_ready(self._resident, self._n_ctx)
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self._hide_progress()
@@ -329,6 +340,12 @@ class SessionScreen(Screen):
             status.show_turn(result)
             if self._player is not None:
                 self.turns_done += 1  # live, the turn worker counts it
+        elif isinstance(event, PrefixCacheLookup):
+            self._hide_progress()
+            self._resident = event.tokens
+            transcript.add_note(prefix_note(getattr(self.app, "prefix_name", "prefix"), event))
+            if event.message:
+                self.notify(event.message, severity="warning")
         elif isinstance(event, ErrorRaised):
             transcript.add_error(f"{event.error}: {event.message}")
 

@@ -58,6 +58,11 @@ class Transcript(VerticalScroll):
         self._reply.update(text)
         self._reply = None
 
+    def add_note(self, message: str) -> None:
+        """A line about the conversation that is not a turn (a loaded prefix)."""
+        self.mount(Static(Content.styled(message, f"{MUTED} italic"), classes="note-line"))
+        self.scroll_end(animate=False)
+
     def add_error(self, message: str) -> None:
         self.mount(Static(Text(message), classes="error-line"))
         self.scroll_end(animate=False)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 from textual import events
 from textual.widgets import Input, ProgressBar
 
+from effctx_core.snapshots import SnapshotStore
 from effctx_tui.app import EffctxApp
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
@@ -169,3 +171,39 @@ async def test_escape_cancels_the_model_preparation_and_ctrl_l_loads_it_again(de
         await pilot.press("ctrl+l")
         await wait_for(pilot, lambda: screen.ready)
         assert (tmp_path / "data" / "effctx" / "models" / default_model.name).is_file()
+
+
+NOTES = "Notes. " + "The grass is green. The sky is blue. " * 60
+
+
+async def test_a_prefix_file_is_prefilled_once_then_restored_from_the_prefix_cache(default_model, tmp_path):
+    store = SnapshotStore(tmp_path / "prefix-cache")
+    notes, reused = [], []
+    for _ in range(2):
+        app = EffctxApp(max_tokens=2, checkpoints=None, prefix_text=NOTES, prefix_name="notes.txt", prefix_cache=store)
+        async with app.run_test(size=(120, 30)) as pilot:
+            screen = app.session_screen
+            await wait_for(pilot, lambda: screen.ready)
+            notes.append(str(screen.query_one(Transcript).children[0].render()))
+            prefix_tokens = len(app.engine.tape)
+            await pilot.press(*"Hello", "enter")
+            await wait_for(pilot, lambda: screen.turns_done == 1)
+            reused.append(screen.last_result.reused)
+    assert re.fullmatch(rf"notes\.txt: {prefix_tokens} tokens prefilled in [\d,]+ ms, stored in the prefix cache", notes[0])
+    assert re.fullmatch(rf"notes\.txt: {prefix_tokens} tokens restored from the prefix cache in [\d,]+ ms", notes[1])
+    assert reused == [prefix_tokens, prefix_tokens]
+
+
+async def test_escape_cancels_loading_a_prefix_and_no_model_stays_open(default_model, tmp_path):
+    app = EffctxApp(max_tokens=2, checkpoints=None, prefix_text=NOTES * 4, prefix_name="notes.txt",
+                    prefix_cache=SnapshotStore(tmp_path / "prefix-cache"))
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        bar = screen.query_one(ProgressBar)
+        while not (bar.total and bar.progress):  # the prefix's first chunk is done
+            await asyncio.sleep(0.005)
+        app.post_message(events.Key("escape", None))
+        await wait_for(pilot, lambda: not app.loading)
+        assert re.fullmatch(r"loading notes\.txt cancelled after \d+ of \d+ tokens: Ctrl\+L loads the model",
+                            status_text(screen))
+        assert app.engine is None and not screen.ready
