@@ -135,8 +135,11 @@ async def test_a_named_session_is_saved_and_reopened_where_it_was(default_model,
     reopened = EffctxApp(max_tokens=4, checkpoints=store, session_name="demo")
     async with reopened.run_test(size=(120, 30)) as pilot:
         screen = reopened.session_screen
-        await wait_for(pilot, lambda: screen.ready and reopened.engine.tape == tape)
-        assert [str(w.render()) for w in screen.query_one(Transcript).children][0] == "Hello"
+        transcript = screen.query_one(Transcript)
+        # The engine's tape is set on the worker thread; the transcript follows once the
+        # restore's event has reached the screen.
+        await wait_for(pilot, lambda: screen.ready and reopened.engine.tape == tape and transcript.children)
+        assert str(transcript.children[0].render()) == "Hello"
 
 
 async def test_escape_cancels_a_long_prefill(default_model):
