@@ -3,18 +3,21 @@
 A turn asks the backend to make the whole tape so far resident (ensure_prefix, which
 reuses every earlier turn that is still there), prefills the new input and decodes.
 Every step is an event for subscribers and, when asked, for a JSON Lines trace.
+
+This module holds the session's life and its turns; the snapshot tree's operations,
+prefix loading and swaps to another cell are mixed in from engine_tree, engine_prefix
+and engine_swap, and the records they return live in engine_records.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .backends.registry import get_backend
-from .cancel import Cancelled
 from .contract import (
     ContextOverflowError,
     UnsupportedFeatureError,
@@ -32,28 +35,30 @@ from .residency import BlockClass, ResidencyReport, Segment
 from .residency.planners import PlannerCaps
 from .residency.tracker import ResidencyTracker
 from .trace import (
-    CellSwapped,
     ErrorRaised,
     Event,
-    NodeAdded,
-    NodeRestored,
     PrefillChunk,
-    PrefixCacheLookup,
     PrefixChecked,
     ResidencyAction,
     ResidencyChanged,
     SessionOpened,
     SnapshotRestored,
     SnapshotTaken,
-    SwapAbandoned,
     TokenDecoded,
     TraceWriter,
     TurnFinished,
     TurnStarted,
 )
-from .snapshots.errors import SnapshotNotFoundError
 from .snapshots.tree import SnapshotTree
+from .engine_prefix import PrefixLoading
+from .engine_records import NodeRestore, PrefillCancelled, PrefixLoad, SwapCancelled, SwapResult
+from .engine_swap import CellSwapping
+from .engine_tree import TreeOperations, session_owner
 from .transcript import chat_format_for
+
+# Importers of this module get the records with the engine.
+__all__ = ["NodeRestore", "PrefillCancelled", "PrefixLoad", "SessionEngine", "SwapCancelled", "SwapResult",
+           "session_owner"]
 
 if TYPE_CHECKING:
     from .snapshots import SnapshotStore
@@ -61,53 +66,11 @@ if TYPE_CHECKING:
 Subscriber = Callable[[Event], None]
 
 
-class PrefillCancelled(Cancelled):
-    def __init__(self, done: int, total: int):
-        self.done, self.total = done, total
-        super().__init__(f"prefill cancelled after {done} of {total} tokens")
-
-
-class SwapCancelled(Cancelled):
-    """A swap's recompute was cancelled: the new cell is closed, the old one kept."""
-
-
-@dataclass(frozen=True)
-class NodeRestore:
-    node: str
-    mode: str  # "exact" (its saved state) or "recompute" (its tokens prefilled again)
-    tokens: int
-    recomputed: int  # tokens prefilled to get there
-    ms: float
-    reason: str
-
-
-@dataclass(frozen=True)
-class SwapResult:
-    old_profile: str
-    new_profile: str
-    mode: str  # "exact" (state carried over) or "recompute" (the tape prefilled again)
-    tokens: int
-    recomputed: int
-    ms: float
-    reason: str
-
-
-@dataclass(frozen=True)
-class PrefixLoad:
-    """How a stable prefix became resident: restored from the prefix cache or prefilled."""
-
-    cache: str  # "hit", "miss" or "off"
-    tokens: int
-    ms: float
-    key: str | None
-    message: str | None  # one line: a refused cache entry, or a cache that could not be written
-
-
 def _rate(tokens: int, ms: float) -> float:
     return tokens / (ms / 1000.0) if ms > 0 and tokens else 0.0
 
 
-class SessionEngine:
+class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
     def __init__(
         self,
         model_path: str | Path,
@@ -189,65 +152,6 @@ class SessionEngine:
             session.close()
             raise
         return session, ResidencyTracker(config, profile.budget_tokens, caps), executor
-
-    def swap(self, profile: Profile) -> "SwapResult":
-        """Move the running conversation to another cell (profile, backend).
-
-        The new session is opened first; the tape goes over exactly (the old state
-        restored) when the runtime identity allows it, otherwise it is recomputed, which
-        is reported with its cost. Only then is the old session closed, so a recompute
-        can be cancelled (`cancel`): the new session is closed and the conversation stays
-        where it was. The tree is kept either way.
-        """
-        with self._lock:
-            old = self.session
-            before = (self._session, self._tracker, self._executor, self._backend, self.profile, self._tape)
-            backend = get_backend(profile.backend)
-            t0 = time.perf_counter_ns()
-            self._cancel.clear()  # an Esc pressed before the swap began is not for it
-            session, tracker, executor = self._open_cell(backend, profile)
-            tape = list(self._tape)
-            try:
-                if session.info.identity == old.info.identity and not self.residency.evicts:
-                    session.restore(old.snapshot())
-                    if list(session.tokens) != tape:
-                        session.ensure_prefix(tape)  # a stop text the tape had dropped
-                    mode, recomputed = "exact", 0
-                    reason = "same runtime identity: the state was carried over"
-                else:
-                    diff = ", ".join(f"{n} {a!r} -> {b!r}" for n, a, b in old.info.identity.differences(session.info.identity))
-                    mode, reason = "recompute", f"another runtime identity ({diff or 'residency policy'})"
-                    recomputed = len(tape)
-                self._session, self._tracker, self._executor = session, tracker, executor
-                self._backend, self.profile = backend, profile
-                if mode == "recompute":
-                    self._tape = []
-                    self._cancellable = True
-                    self._prefill(tape, Segment.OTHER, self._turns, 0)
-                else:
-                    tracker.reset(Segment.OTHER, len(tape))
-            except EffctxError as exc:
-                self._session, self._tracker, self._executor, self._backend, self.profile, self._tape = before
-                session.close()
-                if not isinstance(exc, PrefillCancelled):
-                    raise
-                ms = (time.perf_counter_ns() - t0) / 1e6
-                self._emit(SwapAbandoned, old_profile=self.profile.name, new_profile=profile.name,
-                           done=exc.done, total=exc.total, tokens=len(self._tape), ms=round(ms, 3))
-                raise SwapCancelled(
-                    f"swap to {profile.name} cancelled after recomputing {exc.done} of {exc.total} tokens; "
-                    f"still on {self.profile.name}"
-                ) from None
-            finally:
-                self._cancellable = False
-            old.close()
-            result = SwapResult(before[4].name, profile.name, mode, len(tape), recomputed,
-                                (time.perf_counter_ns() - t0) / 1e6, reason)
-            info = session.info
-            self._emit(CellSwapped, old_profile=result.old_profile, new_profile=result.new_profile, mode=mode,
-                       tokens=result.tokens, recomputed=recomputed, ms=round(result.ms, 3), reason=reason,
-                       backend=info.backend, n_ctx=info.n_ctx, identity=info.identity.digest())
-            return result
 
     @property
     def session(self) -> Session:
@@ -437,108 +341,6 @@ class SessionEngine:
         })
         return result
 
-    def mark(self, label: str = "") -> str:
-        """A node for the tape as it is now, on demand; returns its id."""
-        with self._lock:
-            self._checkpoint("manual", label or "mark", None, {})
-            return self.tree.current
-
-    def _checkpoint(self, kind: str, label: str, text: str | None, metrics: dict, known_blob: str | None = None) -> None:
-        """A node for the tape as it is now, with the session's state when there is a store.
-
-        Under an evicting policy the cache holds only part of the tape, so no state is
-        saved: a restore of such a node recomputes its tokens."""
-        session = self.session
-        # The deepest node whose tape this one extends: the node the turn started from,
-        # or, after a restore, the node restored.
-        parent = self.tree.find_by_tape(self._tape) or self.tree.root
-        if self.tree.tape_length(parent.id) == len(self._tape):
-            self.tree.set_current(parent.id)  # the turn arrived at a node that exists
-            return
-        blob, state_bytes, message = known_blob, 0, None
-        if blob is None and self._checkpoints is not None and not self.residency.evicts:
-            from .snapshots import SnapshotError, save_snapshot
-
-            try:
-                snap = session.snapshot()
-                blob = save_snapshot(self._checkpoints, snap, meta={"kind": kind}).key
-                state_bytes = len(snap.state)
-            except SnapshotError as exc:
-                message = f"state not saved ({exc}); restoring this node will recompute it"
-        node = self.tree.add_tape(
-            parent.id, self._tape, kind, session.info.identity.digest(), label=label,
-            residency=self.residency.report().to_dict(), metrics={**metrics, "bytes": state_bytes},
-            blob=blob, text=text,
-        )
-        self._emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(self._tape), blob=blob or "",
-                   message=message or "")
-
-    def save_session(self, name: str) -> Path:
-        """Save the tree as a named session; the store keeps every state it references
-        (and lets go of the states this session referenced before and no longer does)."""
-        with self._lock:
-            path = self.tree.save(name)
-            if self._checkpoints is not None:
-                owner = session_owner(name)
-                self._checkpoints.remove_refs(owner)
-                for key in sorted(self.tree.blobs()):
-                    try:
-                        self._checkpoints.add_ref(key, owner)
-                    except SnapshotNotFoundError:
-                        pass  # evicted before the tree was saved: that node will recompute
-            return path
-
-    def load_session(self, name: str) -> "NodeRestore | None":
-        """Open a saved session's tree and go to its current node."""
-        with self._lock:
-            tree = SnapshotTree.load(name)
-            self.tree = tree
-            self.reset()
-            return self.restore_node(tree.current) if tree.current is not None else None
-
-    def restore_node(self, node_id: str) -> "NodeRestore":
-        """Go back to a node: its exact state when it has one this runtime can load,
-        otherwise its tokens recomputed. The next turn then branches from it."""
-        from .snapshots import SnapshotError, load_snapshot
-
-        with self._lock:
-            session, tree = self.session, self.tree
-            node = tree.node(node_id)
-            tape = list(tree.tape(node_id))
-            t0 = time.perf_counter_ns()
-            mode, reason = "recompute", "the node has no saved state"
-            store = self._checkpoints
-            if node.blob is not None and store is not None:
-                try:
-                    snapshot = load_snapshot(store, node.blob, session.info.identity)
-                    session.restore(snapshot)
-                    mode, reason = "exact", "restored its saved state"
-                except SnapshotError as exc:
-                    reason = f"its saved state is unusable ({exc})"
-            elif node.identity_digest != session.info.identity.digest():
-                reason = "it was made by another runtime identity"
-            if mode == "exact" and list(session.tokens) != tape:
-                # the state held a stop text the tape had dropped: cut it off
-                session.ensure_prefix(tape)
-            recomputed = 0
-            if mode == "recompute" and self.residency.evicts:
-                # Streamed through the policy again: the map is the one this recompute made.
-                session.ensure_prefix([])
-                self._tape = []
-                self.residency.reset()
-                self._prefill(tape, Segment.OTHER, self._turns, 0)
-                recomputed = len(tape)
-            else:
-                if mode == "recompute":
-                    recomputed = session.ensure_prefix(tape, self._progress(self._turns, 0)).prefilled
-                self._tape = tape
-                self.residency.reset(Segment.OTHER, len(tape))
-            tree.set_current(node_id)
-            restore = NodeRestore(node_id, mode, len(tape), recomputed, (time.perf_counter_ns() - t0) / 1e6, reason)
-            self._emit(NodeRestored, node=node_id, mode=mode, tokens=len(tape), recomputed=recomputed,
-                       ms=round(restore.ms, 3), reason=reason)
-            return restore
-
     def _cancelled_turn(self, turn: int, input_text: str, stop: "PrefillCancelled", t_start: int) -> TurnResult:
         report = self.session.explain()
         ms = (time.perf_counter_ns() - t_start) / 1e6
@@ -593,64 +395,6 @@ class SessionEngine:
                 self._emit(ResidencyAction, turn=turn, stage=stage, action="shift", start=act.start, end=act.end,
                            pos_start=act.shifted_from, pos_end=act.shifted_from + act.shift, ms=0.0)
         self._emit(ResidencyChanged, turn=turn, report=tracker.report().to_dict())
-
-    def load_prefix(self, text: str, kind: Segment = Segment.DOCUMENT) -> PrefixLoad:
-        """Make a stable prefix (a system prompt, a document) resident at the start of the
-        session: restored from the prefix cache when this runtime identity has stored
-        exactly these tokens, else prefilled and stored for the next session. Its prefill
-        can be cancelled (`cancel`), which leaves the session empty."""
-        from .snapshots import SnapshotError, load_snapshot, save_snapshot
-
-        with self._lock:
-            session = self.session
-            if self._tape:
-                raise EffctxError("a prefix can only be loaded at the start of a session")
-            tokens = session.tokenize(text, add_bos=session.info.facts.add_bos)
-            identity = session.info.identity
-            store = self._prefix_cache
-            t0 = time.perf_counter_ns()
-            message = None
-            key = store.find(identity.digest(), tokens) if store is not None else None
-            if key is not None:
-                try:
-                    session.restore(load_snapshot(store, key, identity))
-                except SnapshotError as exc:
-                    # A damaged entry is quarantined by the store; a foreign one is left.
-                    message = f"prefix cache entry not used ({exc}); prefilling instead"
-                    key = None
-                else:
-                    self._tape = list(tokens)
-                    self.residency.reset(kind, len(tokens))
-                    return self._prefix_loaded("hit", tokens, t0, key, None)
-            self._cancel.clear()
-            self._cancellable = True
-            try:
-                self._prefill(tokens, kind, 0, 0)
-            except PrefillCancelled:
-                # Nothing of the prefix counts: the next turn drops what was prefilled.
-                self._tape = []
-                self.residency.reset()
-                raise
-            finally:
-                self._cancellable = False
-            if store is None:
-                return self._prefix_loaded("off", tokens, t0, None, message)
-            if self.residency.report().resident_tokens < len(tokens):
-                # The policy evicted part of it: the cache holds no state for the whole prefix.
-                return self._prefix_loaded("miss", tokens, t0, None, message)
-            try:
-                key = save_snapshot(store, session.snapshot(), meta={"kind": "prefix", "text_chars": len(text)}).key
-            except SnapshotError as exc:
-                message = f"prefix cache not written ({exc}); running without it"
-            return self._prefix_loaded("miss", tokens, t0, key, message)
-
-    def _prefix_loaded(self, cache: str, tokens: list[int], t0: int, key: str | None, message: str | None) -> PrefixLoad:
-        load = PrefixLoad(cache, len(tokens), (time.perf_counter_ns() - t0) / 1e6, key, message)
-        self._checkpoint("prefix", f"prefix ({cache})", None, {"prefilled": 0 if cache == "hit" else len(tokens),
-                                                               "reused": len(tokens) if cache == "hit" else 0,
-                                                               "load_ms": round(load.ms, 3)}, known_blob=key)
-        self._emit(PrefixCacheLookup, result=cache, tokens=load.tokens, ms=round(load.ms, 3), key=key or "", message=message or "")
-        return load
 
     def set_budget(self, tokens: int) -> None:
         """Change the residency budget of the running session (the next plan uses it)."""
@@ -736,11 +480,6 @@ class SessionEngine:
 def _label(text: str, fallback: str) -> str:
     first = text.strip().splitlines()[0] if text.strip() else ""
     return first[:40] or fallback
-
-
-def session_owner(name: str) -> str:
-    """The snapshot-store owner name under which a saved session keeps its states."""
-    return f"session-{name}"
 
 
 def _stop_cut(text: str, stop: tuple[str, ...]) -> int | None:

@@ -1,0 +1,125 @@
+"""The snapshot tree's operations on a running session: part of SessionEngine.
+
+A mixin: checkpoints and restores read and replace the engine's tape, session state and
+residency map under the engine's lock.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .engine_records import NodeRestore
+from .residency import Segment
+from .snapshots.errors import SnapshotNotFoundError
+from .snapshots.tree import SnapshotTree
+from .trace import NodeAdded, NodeRestored
+
+
+def session_owner(name: str) -> str:
+    """The snapshot-store owner name under which a saved session keeps its states."""
+    return f"session-{name}"
+
+
+class TreeOperations:
+    def mark(self, label: str = "") -> str:
+        """A node for the tape as it is now, on demand; returns its id."""
+        with self._lock:
+            self._checkpoint("manual", label or "mark", None, {})
+            return self.tree.current
+
+    def _checkpoint(self, kind: str, label: str, text: str | None, metrics: dict, known_blob: str | None = None) -> None:
+        """A node for the tape as it is now, with the session's state when there is a store.
+
+        Under an evicting policy the cache holds only part of the tape, so no state is
+        saved: a restore of such a node recomputes its tokens."""
+        session = self.session
+        # The deepest node whose tape this one extends: the node the turn started from,
+        # or, after a restore, the node restored.
+        parent = self.tree.find_by_tape(self._tape) or self.tree.root
+        if self.tree.tape_length(parent.id) == len(self._tape):
+            self.tree.set_current(parent.id)  # the turn arrived at a node that exists
+            return
+        blob, state_bytes, message = known_blob, 0, None
+        if blob is None and self._checkpoints is not None and not self.residency.evicts:
+            from .snapshots import SnapshotError, save_snapshot
+
+            try:
+                snap = session.snapshot()
+                blob = save_snapshot(self._checkpoints, snap, meta={"kind": kind}).key
+                state_bytes = len(snap.state)
+            except SnapshotError as exc:
+                message = f"state not saved ({exc}); restoring this node will recompute it"
+        node = self.tree.add_tape(
+            parent.id, self._tape, kind, session.info.identity.digest(), label=label,
+            residency=self.residency.report().to_dict(), metrics={**metrics, "bytes": state_bytes},
+            blob=blob, text=text,
+        )
+        self._emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(self._tape), blob=blob or "",
+                   message=message or "")
+
+    def save_session(self, name: str) -> Path:
+        """Save the tree as a named session; the store keeps every state it references
+        (and lets go of the states this session referenced before and no longer does)."""
+        with self._lock:
+            path = self.tree.save(name)
+            if self._checkpoints is not None:
+                owner = session_owner(name)
+                self._checkpoints.remove_refs(owner)
+                for key in sorted(self.tree.blobs()):
+                    try:
+                        self._checkpoints.add_ref(key, owner)
+                    except SnapshotNotFoundError:
+                        pass  # evicted before the tree was saved: that node will recompute
+            return path
+
+    def load_session(self, name: str) -> "NodeRestore | None":
+        """Open a saved session's tree and go to its current node."""
+        with self._lock:
+            tree = SnapshotTree.load(name)
+            self.tree = tree
+            self.reset()
+            return self.restore_node(tree.current) if tree.current is not None else None
+
+    def restore_node(self, node_id: str) -> "NodeRestore":
+        """Go back to a node: its exact state when it has one this runtime can load,
+        otherwise its tokens recomputed. The next turn then branches from it."""
+        from .snapshots import SnapshotError, load_snapshot
+
+        with self._lock:
+            session, tree = self.session, self.tree
+            node = tree.node(node_id)
+            tape = list(tree.tape(node_id))
+            t0 = time.perf_counter_ns()
+            mode, reason = "recompute", "the node has no saved state"
+            store = self._checkpoints
+            if node.blob is not None and store is not None:
+                try:
+                    snapshot = load_snapshot(store, node.blob, session.info.identity)
+                    session.restore(snapshot)
+                    mode, reason = "exact", "restored its saved state"
+                except SnapshotError as exc:
+                    reason = f"its saved state is unusable ({exc})"
+            elif node.identity_digest != session.info.identity.digest():
+                reason = "it was made by another runtime identity"
+            if mode == "exact" and list(session.tokens) != tape:
+                # the state held a stop text the tape had dropped: cut it off
+                session.ensure_prefix(tape)
+            recomputed = 0
+            if mode == "recompute" and self.residency.evicts:
+                # Streamed through the policy again: the map is the one this recompute made.
+                session.ensure_prefix([])
+                self._tape = []
+                self.residency.reset()
+                self._prefill(tape, Segment.OTHER, self._turns, 0)
+                recomputed = len(tape)
+            else:
+                if mode == "recompute":
+                    recomputed = session.ensure_prefix(tape, self._progress(self._turns, 0)).prefilled
+                self._tape = tape
+                self.residency.reset(Segment.OTHER, len(tape))
+            tree.set_current(node_id)
+            restore = NodeRestore(node_id, mode, len(tape), recomputed, (time.perf_counter_ns() - t0) / 1e6, reason)
+            self._emit(NodeRestored, node=node_id, mode=mode, tokens=len(tape), recomputed=recomputed,
+                       ms=round(restore.ms, 3), reason=reason)
+            return restore
