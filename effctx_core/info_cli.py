@@ -1,0 +1,191 @@
+"""`effctx info`, `effctx cells` and `effctx profiles`: what a model, a profile and a cell are."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from .cli_options import add_runtime_options, model_from_args, profile_from_args
+from .contract import ModelInfo
+from .profiles import Profile, available_profiles, load_profile
+
+
+def add_parsers(sub) -> None:
+    info = sub.add_parser("info", help="model facts, digest, capabilities, context limits and KV capacity")
+    add_runtime_options(info)
+    info.add_argument("--memory", default="2GiB", metavar="SIZE",
+                      help="memory budget for the KV capacity table, e.g. 512MiB, 2GiB (default 2GiB)")
+    info.add_argument("--json", action="store_true")
+
+    cells = sub.add_parser("cells", help="the cells this machine can run: backend x profile x model, with capabilities")
+    add_runtime_options(cells)
+    cells.add_argument("--json", action="store_true")
+
+    profiles = sub.add_parser("profiles", help="list runtime profiles, or show one")
+    profiles.add_argument("name", nargs="?", metavar="NAME|PATH", help="show this profile, resolved")
+    profiles.add_argument("--json", action="store_true")
+
+
+def info_dict(info: ModelInfo) -> dict:
+    f = info.facts
+    caps = info.capabilities
+    return {
+        "model": {
+            "path": f.path,
+            "name": f.name,
+            "architecture": f.architecture,
+            "file_bytes": f.file_bytes,
+            "sha256": f.sha256,
+            "n_layers": f.n_layers,
+            "n_head": f.n_head,
+            "n_head_kv": f.n_head_kv,
+            "head_dim_k": f.head_dim_k,
+            "head_dim_v": f.head_dim_v,
+            "n_embd": f.n_embd,
+            "vocab_size": f.vocab_size,
+            "context_length": f.context_length,
+            "sliding_window": f.sliding_window,
+            "global_layers": list(f.global_layers),
+            "swa_layers": list(f.swa_layers),
+            "global_layers_rule": f.global_layers_rule,
+            "bos_token_id": f.bos_token_id,
+            "eos_token_id": f.eos_token_id,
+            "add_bos": f.add_bos,
+            "chat_template": f.chat_template,
+            "chat_format": info.identity.chat_format,
+        },
+        "backend": {"name": info.backend, "version": info.backend_version},
+        "identity": {**info.identity.to_dict(), "digest": info.identity.digest()},
+        "n_ctx": info.n_ctx,
+        "n_batch": info.n_batch,
+        "capabilities": {
+            "position_shift": caps.position_shift,
+            "quantized_v_cache": caps.quantized_v_cache,
+            "exact_snapshot_replay": caps.exact_snapshot_replay,
+            "safe_rollback": caps.safe_rollback_tokens,
+            "reasons": caps.reasons,
+        },
+        "limits": [{"name": lim.name, "tokens": lim.tokens, "reason": lim.reason} for lim in info.limits],
+    }
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .backends.registry import get_backend
+    from .capacity import LayerKVProfile, capacity_table, format_bytes, layer_profile_dict, parse_memory
+
+    memory = parse_memory(args.memory)
+    profile = profile_from_args(args)
+    info = get_backend(profile.backend).describe(model_from_args(args, profile), profile)
+    data = info_dict(info)
+    data["profile"] = profile_dict(profile)
+    layers = LayerKVProfile.from_facts(info.facts, profile.kv_cache_type_k, profile.kv_cache_type_v)
+    data["layer_profile"] = {
+        **layer_profile_dict(layers),
+        "cache_bytes": layers.cache_bytes(info.n_ctx, profile.n_batch, profile.swa_full).total,
+        "n_ctx": info.n_ctx,
+        "swa_full": profile.swa_full,
+    }
+    data["capacity"] = {
+        "memory_bytes": memory,
+        "swa_full": profile.swa_full,
+        "n_ctx_limit": None,
+        "rows": capacity_table(info.facts, memory, None, profile.swa_full, profile.n_batch),
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    m = data["model"]
+    print(f"model        {m['name']} ({m['architecture']}), {m['file_bytes'] / 2**20:.1f} MiB")
+    print(f"path         {m['path']}")
+    print(f"sha256       {m['sha256']}")
+    print(f"layers       {m['n_layers']}, heads {m['n_head']}, KV heads {m['n_head_kv']}, "
+          f"head dim K {m['head_dim_k']} / V {m['head_dim_v']}, vocab {m['vocab_size']}")
+    if m["sliding_window"]:
+        print(f"attention    sliding window {m['sliding_window']}; global layers {m['global_layers']} "
+              f"({m['global_layers_rule']})")
+    else:
+        print("attention    every layer global")
+    print(f"chat         {'template in the model' if m['chat_template'] else 'no chat template'}; "
+          f"effctx uses {m['chat_format']}")
+    print(f"backend      {data['backend']['name']} {data['backend']['version']}, n_ctx {data['n_ctx']}, "
+          f"n_batch {data['n_batch']}")
+    print(f"profile      {profile.name}: {profile.description or 'no description'}")
+    print(f"identity     {data['identity']['digest'][:16]}")
+    print("capabilities")
+    caps = data["capabilities"]
+    for key in ("position_shift", "quantized_v_cache", "exact_snapshot_replay"):
+        print(f"  {key:22} {'yes' if caps[key] else 'no ':3}  {caps['reasons'][key]}")
+    print(f"  {'safe_rollback':22} {caps['safe_rollback']}")
+    print("context limits")
+    for lim in data["limits"]:
+        print(f"  {lim['name']:10} {lim['tokens']:>7} tokens  {lim['reason']}")
+    lp = data["layer_profile"]
+    print(f"KV cache     {profile.kv_cache_type_k}/{profile.kv_cache_type_v}: K {lp['k_bytes_per_token_layer']} + "
+          f"V {lp['v_bytes_per_token_layer']} B per token per layer; {len(lp['global_layers'])} global + "
+          f"{len(lp['swa_layers'])} windowed layers; {format_bytes(lp['cache_bytes'])} allocated at n_ctx {lp['n_ctx']}"
+          f"{'' if profile.swa_full else ' (windowed layers capped)'}")
+    print(f"capacity for {format_bytes(memory)} (swa_full {'on' if profile.swa_full else 'off'}; "
+          "every K/V pair is in --json)")
+    print(f"  {'K/V':14}{'B/token':>10}{'max hot tokens':>16}  bound by")
+    for row in data["capacity"]["rows"]:
+        if row["kv_cache_type_k"] != row["kv_cache_type_v"]:
+            continue
+        pair = f"{row['kv_cache_type_k']}/{row['kv_cache_type_v']}" + ("*" if row["needs_flash_attn"] else "")
+        print(f"  {pair:14}{row['bytes_per_token'] or 0:>10.0f}{row['max_hot_tokens']:>16}  {row['reason']}")
+    print("  * needs flash attention")
+    return 0
+
+
+def cmd_cells(args: argparse.Namespace) -> int:
+    from .cells import list_cells
+
+    profile = profile_from_args(args)
+    path = model_from_args(args, profile)
+    cells = list_cells(path, path.name)
+    if args.json:
+        print(json.dumps([c.to_dict() for c in cells], indent=2))
+        return 0
+    print(f"{'backend':9}{'profile':14}{'n_ctx':>7}  {'K/V':12}{'FA':4}{'policy':11}{'shift':7}{'exact':7}status")
+    for c in cells:
+        p = c.profile_record
+        kv = f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-"
+        caps = c.info.capabilities if c.info else None
+        print(f"{c.backend:9}{c.profile:14}{(c.info.n_ctx if c.info else 0):>7}  {kv:12}"
+              f"{('on' if p and p.flash_attn else 'off') if p else '-':4}{(p.residency.policy if p else '-'):11}"
+              f"{('yes' if caps and caps.position_shift else 'no') if caps else '-':7}"
+              f"{('yes' if caps and caps.exact_snapshot_replay else 'no') if caps else '-':7}"
+              f"{'ok: ' if c.runnable else 'unsupported: '}{c.reason}")
+    return 0
+
+
+def profile_dict(profile: Profile) -> dict:
+    data = asdict(profile)
+    data["n_threads"] = profile.n_threads
+    return data
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    if args.name:
+        profile = load_profile(args.name)
+        data = profile_dict(profile)
+        if args.json:
+            print(json.dumps(data, indent=2))
+            return 0
+        residency = data.pop("residency")
+        rows = list(data.items()) + [(f"residency.{k}", v) for k, v in residency.items()]
+        for key, value in rows:
+            print(f"{key:24} {value}")
+        return 0
+    found = available_profiles()
+    rows = []
+    for name, source in found.items():
+        profile = load_profile(source if source != "built-in" else name)
+        rows.append({"name": name, "source": source, "description": profile.description})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        print(f"{r['name']:{width}}  {r['description']}  [{r['source']}]")
+    return 0

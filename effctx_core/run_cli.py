@@ -1,0 +1,97 @@
+"""`effctx run`: one prompt, with timings and token accounting; a prefix through the prefix cache."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .cli_options import add_runtime_options, model_from_args, profile_from_args, read_text_file
+from .contract import DecodeConfig, EffctxError
+
+
+def add_parser(sub) -> None:
+    run = sub.add_parser("run", help="complete one prompt and report timings and token accounting")
+    add_runtime_options(run)
+    src = run.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", metavar="TEXT")
+    src.add_argument("--prompt-file", metavar="FILE")
+    run.add_argument("--prefix-file", metavar="FILE",
+                     help="a stable prefix (system prompt, document) put before the prompt; its state is cached")
+    run.add_argument("--no-prefix-cache", action="store_true", help="prefill the prefix without the prefix cache")
+    run.add_argument("--max-tokens", type=int, default=64, metavar="N")
+    run.add_argument("--temperature", type=float, default=0.0)
+    run.add_argument("--top-p", type=float, default=1.0)
+    run.add_argument("--seed", type=int)
+    run.add_argument("--trace", metavar="FILE", help="write the engine's events as JSON Lines")
+    run.add_argument("--json", action="store_true")
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    return read_text_file(args.prompt_file, "prompt")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .engine import SessionEngine
+
+    prompt = _read_prompt(args)
+    prefix_text = read_text_file(args.prefix_file, "prefix") if args.prefix_file else None
+    if args.max_tokens < 0:
+        raise EffctxError("--max-tokens must be 0 or more")
+    profile = profile_from_args(args)
+    store = None
+    if prefix_text is not None and not args.no_prefix_cache:
+        from .snapshots import SnapshotStore
+
+        store = SnapshotStore()
+    engine = SessionEngine(model_from_args(args, profile), profile, trace_path=args.trace, prefix_cache=store)
+    try:
+        engine.open()
+        config = DecodeConfig(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+        loaded = engine.load_prefix(prefix_text) if prefix_text is not None else None
+        if loaded is not None and loaded.message:
+            print(f"effctx: {loaded.message}", file=sys.stderr)
+        result = engine.complete(prompt, config)
+    finally:
+        engine.close()
+    # The prefix is part of this run: a cache hit counts it as reused, a miss as prefilled,
+    # and its load time is part of the time to the first token.
+    hit = loaded is not None and loaded.cache == "hit"
+    prefix_tokens = loaded.tokens if loaded else 0
+    prefix_ms = loaded.ms if loaded else 0.0
+    reused = prefix_tokens if hit else 0
+    prefilled = result.prefilled + (0 if hit else prefix_tokens)
+    prefill_ms = result.prefill_ms + prefix_ms
+    data = {
+        "text": result.text,
+        "stop_reason": result.stop_reason,
+        "cache": loaded.cache if loaded else "off",
+        "ttft_ms": round(result.ttft_ms + prefix_ms, 3),
+        "prefill_tps": round(prefilled / (prefill_ms / 1000), 2) if prefilled and prefill_ms else 0.0,
+        "decode_tps": round(result.decode_tps, 2),
+        "prefill_ms": round(prefill_ms, 3),
+        "decode_ms": round(result.decode_ms, 3),
+        "tokens": {
+            "reused": reused,
+            "prefilled": prefilled,
+            "generated": result.generated,
+            "resident": result.resident,
+            "n_ctx": result.n_ctx,
+        },
+    }
+    if loaded is not None:
+        data["prefix"] = {"tokens": prefix_tokens, "ms": round(prefix_ms, 3), "key": loaded.key}
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(result.text)
+    cache = f"prefix cache {data['cache']}; " if loaded is not None else ""
+    print(
+        f"-- {cache}{prefilled} prefilled, {reused} reused, {result.generated} generated "
+        f"({result.stop_reason}); TTFT {data['ttft_ms']:.0f} ms, prefill {data['prefill_tps']:.0f} tok/s, "
+        f"decode {result.decode_tps:.1f} tok/s",
+        file=sys.stderr,
+    )
+    return 0
