@@ -57,13 +57,16 @@ from .engine_tree import TreeOperations, session_owner
 from .transcript import chat_format_for
 
 # Importers of this module get the records with the engine.
-__all__ = ["NodeRestore", "PrefillCancelled", "PrefixLoad", "SessionEngine", "SwapCancelled", "SwapResult",
+__all__ = ["BUDGET_POLICIES", "NodeRestore", "PrefillCancelled", "PrefixLoad", "SessionEngine", "SwapCancelled", "SwapResult",
            "session_owner"]
 
 if TYPE_CHECKING:
     from .snapshots import SnapshotStore
 
 Subscriber = Callable[[Event], None]
+
+# The policies whose plans keep to the budget (streaming keeps its windows whatever it is).
+BUDGET_POLICIES = ("budget", "scored")
 
 
 def _rate(tokens: int, ms: float) -> float:
@@ -397,10 +400,18 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
         self._emit(ResidencyChanged, turn=turn, report=tracker.report().to_dict())
 
     def set_budget(self, tokens: int) -> None:
-        """Change the residency budget of the running session (the next plan uses it)."""
-        if not 0 < tokens <= self.session.info.n_ctx:
-            raise EffctxError(f"a budget must be between 1 and n_ctx {self.session.info.n_ctx}")
-        self.residency.budget = tokens
+        """Steer the residency budget of the running session. A smaller budget is carried
+        out at once (the policy parks blocks now); a larger one leaves room that the next
+        tokens, or `recompute_cold`, fill."""
+        with self._lock:
+            policy = self.residency.policy
+            if policy not in BUDGET_POLICIES:
+                raise UnsupportedFeatureError(
+                    f"the {policy} policy does not keep to a token budget; profiles with the budget policy do")
+            if not 0 < tokens <= self.session.info.n_ctx:
+                raise EffctxError(f"a budget must be between 1 and n_ctx {self.session.info.n_ctx}")
+            self.residency.budget = tokens
+            self._make_room(0, self._turns, "steer")
 
     def recompute_cold(self) -> int:
         """Bring the cold blocks back by recomputing the tape from the first of them.

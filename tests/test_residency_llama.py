@@ -129,3 +129,25 @@ def test_restoring_a_node_under_an_evicting_policy_keeps_the_map_of_its_recomput
     assert report.evicted_tokens > 0 and report.resident_tokens <= STREAMING.residency.budget
     assert report.resident_tokens == engine.explain().resident_tokens
     assert cache_matches_plan(engine)
+
+
+def test_a_smaller_budget_parks_blocks_at_once_and_a_larger_one_lets_them_back(open_engine):
+    engine = open_engine(BUDGET.with_changes(residency=ResidencyConfig(
+        policy="budget", sink_tokens=32, recent_tokens=128, budget=1024, block_size=32)))
+    engine.complete(filler_text(lambda t, b: engine.session.tokenize(t, b), 700), DecodeConfig(max_tokens=2))
+    assert engine.residency_report().cold_tokens == 0
+    engine.set_budget(384)
+    shrunk = engine.residency_report()
+    assert shrunk.budget == 384 and shrunk.cold_tokens > 0 and shrunk.resident_tokens <= 384
+    assert cache_matches_plan(engine)
+    engine.set_budget(1024)
+    assert engine.recompute_cold() > 0
+    grown = engine.residency_report()
+    assert grown.cold_tokens == 0 and grown.resident_tokens == grown.n_tokens
+    assert list(engine.session.tokens) == list(engine.tape)
+
+
+def test_a_policy_without_a_budget_cannot_be_steered_by_one(open_engine):
+    engine = open_engine(STREAMING)
+    with pytest.raises(UnsupportedFeatureError, match="^the streaming policy does not keep to a token budget"):
+        engine.set_budget(256)

@@ -7,6 +7,10 @@ ranges changed.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -17,6 +21,7 @@ from textual.theme import Theme
 from textual.widgets import Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
+from effctx_core.contract import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockTable
 from effctx_core.residency.report import MODELED, ResidencyReport
 
@@ -51,8 +56,26 @@ def range_label(start: int, end: int) -> str:
     return f"{token_span(start, end)} ({end - start:,} tokens)"
 
 
+@dataclass(frozen=True)
+class BudgetSteering:
+    """What the screen may do to a live engine whose policy keeps to a budget. The calls
+    block (they park or recompute blocks), so the screen makes them in a worker."""
+
+    set_budget: Callable[[int], None]
+    recompute_cold: Callable[[], int]
+    refresh: Callable[[], None]  # show the engine's residency now
+    is_busy: Callable[[], bool]
+    n_ctx: int
+    step: int  # tokens per key press, a whole number of blocks
+
+
 class ResidencyScreen(Screen):
-    BINDINGS = [Binding("escape", "back", "Back")]
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("left_square_bracket", "budget(-1)", "Budget −", key_display="["),
+        Binding("right_square_bracket", "budget(1)", "Budget +", key_display="]"),
+        Binding("c", "recompute_cold", "Recompute cold"),
+    ]
 
     DEFAULT_CSS = """
     ResidencyScreen {
@@ -91,8 +114,12 @@ class ResidencyScreen(Screen):
         source: str = MODELED,
         budget: int | None = None,
         zoom: Zoom = Zoom.BLOCK,
+        steering: BudgetSteering | None = None,
     ) -> None:
         super().__init__()
+        self._steering = steering
+        self._asked_budget: int | None = None
+        self._steering_thread: ThreadPoolExecutor | None = None
         self._table = table
         self._zoom = zoom
         self._report = ResidencyReport.from_table(table, policy, source, budget)
@@ -191,3 +218,51 @@ class ResidencyScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+    # ------------------------------------------------------------------ steering
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("budget", "recompute_cold"):
+            return self._steering is not None  # a replay, or a policy without a budget
+        return True
+
+    def action_budget(self, direction: int) -> None:
+        steering = self._steering
+        # From the last budget asked for: presses come faster than the engine answers.
+        budget = self._asked_budget or self._report.budget or steering.n_ctx
+        target = min(steering.n_ctx, max(steering.step, budget + direction * steering.step))
+        if target != budget and self._steer(lambda: steering.set_budget(target), f"budget {target:,} tokens"):
+            self._asked_budget = target
+
+    def action_recompute_cold(self) -> None:
+        if self._report.cold_tokens == 0:
+            self.notify("No block is cold.")
+            return
+        self._steer(self._steering.recompute_cold, "cold blocks recomputed")
+
+    def _steer(self, call: Callable[[], object], done: str) -> bool:
+        if self._steering.is_busy():
+            self.notify("A reply is still running; wait for it or stop it first.", severity="warning")
+            return False
+        self._run_steering(call, done)
+        return True
+
+    def _run_steering(self, call: Callable[[], object], done: str) -> None:
+        # One thread for all presses: they are carried out in the order they were made.
+        if self._steering_thread is None:
+            self._steering_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steer")
+        self._steering_thread.submit(self._carry_out, call, done)
+
+    def _carry_out(self, call: Callable[[], object], done: str) -> None:
+        try:
+            call()
+        except EffctxError as exc:
+            self._asked_budget = None
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        self.app.call_from_thread(self._steering.refresh)
+        self.app.call_from_thread(self.notify, done)
+
+    def on_unmount(self) -> None:
+        if self._steering_thread is not None:
+            self._steering_thread.shutdown(wait=False)

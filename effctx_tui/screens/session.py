@@ -10,7 +10,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
 from effctx_core.contract import DecodeConfig, EffctxError, TurnResult
-from effctx_core.engine import NodeRestore
+from effctx_core.engine import BUDGET_POLICIES, NodeRestore
 from effctx_core.cells import list_cells
 from effctx_core.residency import OBSERVED
 from effctx_core.snapshots.tree import SnapshotTree
@@ -32,7 +32,7 @@ from effctx_core.trace import (
 from ..messages import EngineEvent, EngineFailed, EngineReady, TurnDone
 from ..widgets.residency_strip import ResidencyStrip
 from ..widgets.status_line import StatusLine
-from .residency import ResidencyScreen
+from .residency import BudgetSteering, ResidencyScreen
 from .snapshots import BRANCH, SnapshotsScreen
 from .benchmark import BenchmarkScreen
 from .cells import CellsScreen
@@ -229,8 +229,18 @@ class SessionScreen(Screen):
         tracker = engine.residency
         # A replay's tracker only holds the recorded classes; the policy is the recorded one.
         policy = getattr(engine, "policy", tracker.policy)
-        self._residency_screen = ResidencyScreen(tracker.table(), policy, source=OBSERVED, budget=tracker.budget)
+        self._residency_screen = ResidencyScreen(tracker.table(), policy, source=OBSERVED, budget=tracker.budget,
+                                                 steering=self._budget_steering(engine, policy))
         self.app.push_screen(self._residency_screen)
+
+    def _budget_steering(self, engine, policy: str) -> BudgetSteering | None:
+        if self._player is not None or policy not in BUDGET_POLICIES:
+            return None
+        n_ctx, block = engine.info.n_ctx, engine.profile.residency.block_size
+        return BudgetSteering(
+            set_budget=engine.set_budget, recompute_cold=engine.recompute_cold, refresh=self._refresh_residency,
+            is_busy=lambda: self.busy, n_ctx=n_ctx, step=max(block, n_ctx // 8 // block * block),
+        )
 
     def action_snapshots(self) -> None:
         engine = self._viewable_engine()

@@ -82,7 +82,7 @@ async def test_every_screen_has_a_section_with_the_keys_of_the_widgets_it_hosts(
         assert titles == ["Everywhere", "Session", "Residency", "Snapshots", "Diff", "Benchmark", "Cells",
                           "Confirm dialog", "Rename dialog", "Timings"]
         assert help_rows(app, "residency") == [
-            ("esc", "Back"), ("←→", "Block"), ("→ l", "Next block"), ("↑↓", "Row"), ("↓ j", "Next row"),
+            ("esc", "Back"), ("[", "Budget −"), ("]", "Budget +"), ("c", "Recompute cold"), ("←→", "Block"), ("→ l", "Next block"), ("↑↓", "Row"), ("↓ j", "Next row"),
             ("pgup", "Page up"), ("pgdn", "Page down"), ("home", "First block"), ("end", "Last block"),
             ("z +", "Zoom"), ("Z -", "Zoom out"),
         ]

@@ -8,6 +8,7 @@ import re
 from textual import events
 from textual.widgets import Input, ProgressBar
 
+from effctx_core.profiles import ResidencyConfig, load_profile
 from effctx_core.snapshots import SnapshotStore
 from effctx_tui.app import EffctxApp
 from effctx_tui.widgets.status_line import StatusLine
@@ -210,3 +211,30 @@ async def test_escape_cancels_loading_a_prefix_and_no_model_stays_open(default_m
         assert re.fullmatch(r"loading notes\.txt cancelled after \d+ of \d+ tokens: Ctrl\+L loads the model",
                             status_text(screen))
         assert app.engine is None and not screen.ready
+
+
+BUDGET_768 = load_profile("exact").with_changes(
+    n_ctx=1024, residency=ResidencyConfig(policy="budget", sink_tokens=32, recent_tokens=128, budget=768, block_size=32))
+
+
+async def test_the_residency_screen_steers_the_budget_and_recomputes_cold_blocks(default_model):
+    app = EffctxApp(profile=BUDGET_768, max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        screen.query_one(Input).value = "The grass is green. " * 120
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.turns_done == 1)
+        await pilot.press("ctrl+r")
+        residency = app.screen
+        n_tokens = residency.report.n_tokens
+        assert 512 < n_tokens <= 768 and residency.report.cold_tokens == 0
+        await pilot.press("left_square_bracket", "left_square_bracket")  # 768 -> 640 -> 512: below the tape
+        await wait_for(pilot, lambda: residency.report.budget == 512)
+        assert residency.report.cold_tokens > 0 and residency.report.resident_tokens <= 512
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await wait_for(pilot, lambda: residency.report.budget == 768)
+        await pilot.press("c")
+        await wait_for(pilot, lambda: residency.report.cold_tokens == 0)
+        assert residency.report.resident_tokens == n_tokens
+        assert list(app.engine.session.tokens) == list(app.engine.tape)
