@@ -214,18 +214,22 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
         session = self.session
         fmt = chat_format_for(session.info.facts)
         first = not self._tape
-        new = session.tokenize(fmt.render_turn(user_text, first), add_bos=first and session.info.facts.add_bos)
-        return self._turn(user_text, new, config, stop=tuple(config.stop) + fmt.stop, kind=Segment.USER)
+        opened = not first and session.detokenize(self._tape[-8:]).endswith(fmt.turn_opening)
+        new = session.tokenize(fmt.render_turn(user_text, first, opened), add_bos=first and session.info.facts.add_bos)
+        return self._turn(user_text, new, config, stop=tuple(config.stop) + fmt.stop, kind=Segment.USER,
+                          opening=fmt.turn_opening)
 
-    def _turn(self, input_text: str, new: list[int], config: DecodeConfig, stop: tuple[str, ...], kind: Segment) -> TurnResult:
+    def _turn(self, input_text: str, new: list[int], config: DecodeConfig, stop: tuple[str, ...], kind: Segment,
+              opening: str | None = None) -> TurnResult:
         with self._lock:
             try:
-                return self._run_turn(input_text, new, config, stop, kind)
+                return self._run_turn(input_text, new, config, stop, kind, opening)
             except EffctxError as exc:
                 self._emit(ErrorRaised, error=type(exc).__name__, message=str(exc))
                 raise
 
-    def _run_turn(self, input_text: str, new: list[int], config: DecodeConfig, stop: tuple[str, ...], kind: Segment) -> TurnResult:
+    def _run_turn(self, input_text: str, new: list[int], config: DecodeConfig, stop: tuple[str, ...], kind: Segment,
+                  opening: str | None) -> TurnResult:
         session, tracker = self.session, self.residency
         self._cancel.clear()
         self._turns += 1
@@ -305,10 +309,12 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
             tracker.append(Segment.ASSISTANT, len(generated), turn)
         if cut is not None:
             keep = _tokens_before(pieces, cut)
-            drop = len(generated) - keep
             text = "".join(pieces[:keep])
-            # The stop text stays in the cache until the next turn's ensure_prefix
-            # drops it, which reports it as dropped.
+            # A reply that ends on exactly the next turn's opening keeps it on the tape:
+            # the next turn goes on from it instead of re-prefilling it. Any other stop
+            # text stays in the cache until the next turn's ensure_prefix drops it,
+            # which reports it as dropped.
+            drop = 0 if "".join(pieces[keep:]) == opening else len(generated) - keep
             if drop:
                 del self._tape[-drop:]
                 tracker.truncate(len(self._tape))

@@ -18,10 +18,20 @@ class ChatFormat:
     assistant_prefix: str
     stop: tuple[str, ...]
 
-    def render_turn(self, user_text: str, first: bool) -> str:
-        """The text a new user turn adds to the tape, ending where the model writes."""
-        lead = "" if first else "\n"
-        return f"{lead}{self.user_prefix}{user_text.strip()}\n{self.assistant_prefix}"
+    @property
+    def turn_opening(self) -> str:
+        """How a user turn opens after a reply: what the model writes when it ends its
+        reply by starting the next turn, so a reply that ends on exactly this keeps it."""
+        return "\n" + self.user_prefix.rstrip()
+
+    def render_turn(self, user_text: str, first: bool, opened: bool = False) -> str:
+        """The text a new user turn adds to the tape, ending where the model writes;
+        `opened`: the tape already ends with the turn's opening."""
+        if opened:
+            head = self.user_prefix[len(self.user_prefix.rstrip()):]
+        else:
+            head = ("" if first else "\n") + self.user_prefix
+        return f"{head}{user_text.strip()}\n{self.assistant_prefix}"
 
 
 PLAIN_TRANSCRIPT = ChatFormat(

@@ -33,15 +33,26 @@ def test_a_second_turn_reuses_the_whole_first_turn(engine):
     assert second.resident == tape_after_first + new_tokens + second.generated
 
 
-def test_chat_turns_reuse_earlier_turns_and_drop_only_stop_text(engine):
+def test_a_reply_that_opens_the_next_turn_keeps_the_opening_and_the_next_turn_goes_on_from_it(engine):
     first = engine.chat("What is the capital of France?", DecodeConfig(max_tokens=24))
-    kept = len(engine.tape)
-    resident = engine.explain().resident_tokens
+    kept = engine.tape
     second = engine.chat("And of Italy?", DecodeConfig(max_tokens=8))
-    assert "\nUser:" not in first.text
-    assert second.reused == kept
-    assert second.dropped == resident - kept
-    assert engine.detokenize(engine.tape).startswith("User: What is the capital of France?\nAssistant:")
+    assert first.stop_reason == "stop" and "\nUser:" not in first.text
+    assert engine.detokenize(kept).endswith(first.text + "\nUser:")
+    # the opening's last token was sampled, not evaluated: it is the one token prefilled again
+    assert (second.reused, second.dropped) == (len(kept) - 1, 0)
+    assert engine.detokenize(engine.tape).startswith(
+        f"User: What is the capital of France?\nAssistant:{first.text}\nUser: And of Italy?\nAssistant:")
+
+
+def test_a_stop_text_that_is_not_the_turn_opening_is_dropped_from_the_tape(engine):
+    first = engine.complete("Count: one, two,", DecodeConfig(max_tokens=16, stop=(", four",)))
+    kept = len(engine.tape)
+    second = engine.complete(" and so on", DecodeConfig(max_tokens=2))
+    assert (first.stop_reason, first.text) == ("stop", " three")
+    assert engine.detokenize(engine.tape[:kept]) == "Count: one, two, three"
+    # "," was evaluated before " four" was sampled: the cache held it past the tape
+    assert (second.reused, second.dropped) == (kept, 1)
 
 
 def test_turn_figures_are_consistent(engine):

@@ -2,8 +2,9 @@
 branch, rename, delete and diff, and on a hand-made tree (snapshot_fixtures) for what
 must not depend on timings: the diff of known tapes, and the SVG baseline.
 
-The real conversation: "Hello" (8 tokens, reply " Hello") then "What is two plus two?"
-(24 tokens, reply " Two plus two\\n"), each reply 4 tokens at most.
+The real conversation: "Hello" (11 tokens, reply " Hello" ending on the next turn's
+opening "\\nUser:", which the tape keeps) then "What is two plus two?" (24 tokens, reply
+" Two plus two\\n"), each reply 4 tokens at most.
 """
 
 from __future__ import annotations
@@ -96,8 +97,9 @@ async def test_two_turns_are_the_root_and_two_nodes_with_the_current_one_marked(
         screen = await open_snapshots(pilot, app)
         assert tree_lines(screen) == [
             "start  root · 0 tokens · no state",
-            f"  {HELLO}  turn · 8 tokens · {state(app, 'n1')} · 0 shared",
-            f"    ● {TWO_PLUS_TWO}  turn · 24 tokens · {state(app, 'n2')} · 8 shared",
+            # each reply ends on the next turn's opening ("\nUser:"), which its node keeps
+            f"  {HELLO}  turn · 11 tokens · {state(app, 'n1')} · 0 shared",
+            f"    ● {TWO_PLUS_TWO}  turn · 24 tokens · {state(app, 'n2')} · 11 shared",
         ]
         assert state(app, "n2").endswith(" KiB")
         assert screen.selected == "n2"  # the cursor starts at the current node
@@ -114,15 +116,15 @@ async def test_restoring_the_first_node_is_exact_and_the_session_follows_it(defa
         await pilot.press("up")
         await restore(pilot, screen)
         done = screen.restores["n1"]
-        assert (done.mode, done.tokens, done.recomputed) == ("exact", 8, 0)
-        assert tree_lines(screen)[1].startswith(f"  ● {HELLO}  turn · 8 tokens · {state(app, 'n1')} · 0 shared · exact in ")
-        assert tree_lines(screen)[2] == f"    {TWO_PLUS_TWO}  turn · 24 tokens · {state(app, 'n2')} · 8 shared"
+        assert (done.mode, done.tokens, done.recomputed) == ("exact", 11, 0)
+        assert tree_lines(screen)[1].startswith(f"  ● {HELLO}  turn · 11 tokens · {state(app, 'n1')} · 0 shared · exact in ")
+        assert tree_lines(screen)[2] == f"    {TWO_PLUS_TWO}  turn · 24 tokens · {state(app, 'n2')} · 11 shared"
         assert status_bar(screen).startswith(f"3 nodes · at n1 '{HELLO}'  │  restored n1: exact in ")
         # the session screen, still underneath, shows the conversation as it was at n1
         await wait_for(pilot, lambda: len(transcript_lines(app)) == 2)
         assert transcript_lines(app) == [HELLO, "Hello"]
         status = str(app.session_screen.query_one(StatusLine).render())
-        assert status.startswith(f"resident 8 / 4096 · available 4088  │  at '{HELLO}': exact in ")
+        assert status.startswith(f"resident 11 / 4096 · available 4085  │  at '{HELLO}': exact in ")
         assert status.endswith("; the next turn branches from here")
         await pilot.press("escape")
         assert app.screen is app.session_screen
@@ -136,11 +138,11 @@ async def test_without_saved_states_a_restore_recomputes_what_the_cache_lacks(de
         await pilot.press("up")
         await restore(pilot, screen)
         # n1's tokens were still in the cache: it was only cut back
-        assert tree_lines(screen)[1].startswith(f"  ● {HELLO}  turn · 8 tokens · no state · 0 shared · recompute 0 tokens in ")
+        assert tree_lines(screen)[1].startswith(f"  ● {HELLO}  turn · 11 tokens · no state · 0 shared · recompute 0 tokens in ")
         await pilot.press("down")
         await restore(pilot, screen)
         assert tree_lines(screen)[2].startswith(
-            f"    ● {TWO_PLUS_TWO}  turn · 24 tokens · no state · 8 shared · recompute 16 tokens in "
+            f"    ● {TWO_PLUS_TWO}  turn · 24 tokens · no state · 11 shared · recompute 13 tokens in "
         )
         assert screen.restores["n2"].reason == "the node has no saved state"
         await wait_for(pilot, lambda: len(transcript_lines(app)) == 4)  # the session screen has its own queue
@@ -161,13 +163,13 @@ async def test_a_branch_adds_a_second_child_and_the_siblings_diff_after_their_tu
         assert [n.label for n in tree.children("n1")] == [TWO_PLUS_TWO, JOKE]
         screen = await open_snapshots(pilot, app)
         assert tree_lines(screen)[2:] == [
-            f"    {TWO_PLUS_TWO}  turn · 24 tokens · {state(app, 'n2')} · 8 shared",
-            f"    ● {JOKE}  turn · 22 tokens · {state(app, 'n3')} · 8 shared",
+            f"    {TWO_PLUS_TWO}  turn · 24 tokens · {state(app, 'n2')} · 11 shared",
+            f"    ● {JOKE}  turn · 22 tokens · {state(app, 'n3')} · 11 shared",
         ]
         await pilot.press("m", "up", "D")  # mark n3, compare it with n2
         await wait_for(pilot, lambda: isinstance(app.screen, DiffScreen))
         report = app.screen.report
-        # n1's 8 tokens, then the 3 tokens that open a user turn
+        # n1's 11 tokens, the last 3 the opening of a user turn
         assert report.summary().startswith("common prefix 11 tokens · first divergent token 11 (n3: id ")
         assert (report.diff.a, report.diff.b) == ("n3", "n2")
         assert report.text_a == " Tell me a joke\nAssistant: I'm a"
@@ -217,7 +219,7 @@ async def test_a_turn_that_ends_while_the_screen_is_open_appears_in_it(default_m
         assert notifications(app)[-1] == "A reply is still running; restore when it is done."
         session.run_turn(TWO_PLUS_TWO)
         await wait_for(pilot, lambda: len(tree_lines(screen)) == 3)
-        assert tree_lines(screen)[2] == f"    ● {TWO_PLUS_TWO}  turn · 24 tokens · {state(app, 'n2')} · 8 shared"
+        assert tree_lines(screen)[2] == f"    ● {TWO_PLUS_TWO}  turn · 24 tokens · {state(app, 'n2')} · 11 shared"
         assert status_bar(screen) == f"3 nodes · at n2 '{TWO_PLUS_TWO}'"
 
 
