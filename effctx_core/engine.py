@@ -304,20 +304,22 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
                         break
             finally:
                 decoder.close()
-        t_end = time.perf_counter_ns()
         if not tracker.evicts:
             tracker.append(Segment.ASSISTANT, len(generated), turn)
         if cut is not None:
             keep = _tokens_before(pieces, cut)
             text = "".join(pieces[:keep])
-            # A reply that ends on exactly the next turn's opening keeps it on the tape:
-            # the next turn goes on from it instead of re-prefilling it. Any other stop
-            # text stays in the cache until the next turn's ensure_prefix drops it,
-            # which reports it as dropped.
+            # A reply that ends on exactly the next turn's opening keeps it on the tape,
+            # its last token (sampled, not yet evaluated) decoded now: the next turn goes
+            # on from it and reuses everything. Any other stop text stays in the cache
+            # until the next turn's ensure_prefix drops it, which reports it as dropped.
             drop = 0 if "".join(pieces[keep:]) == opening else len(generated) - keep
             if drop:
                 del self._tape[-drop:]
                 tracker.truncate(len(self._tape))
+            elif not tracker.evicts:
+                session.ensure_prefix(self._tape)
+        t_end = time.perf_counter_ns()
         prefilled = prefix.prefilled + suffix_prefilled
         prefill_ms = (t_prefilled - t_start) / 1e6
         ttft_ms = ((t_first or t_end) - t_start) / 1e6

@@ -36,11 +36,12 @@ def test_a_second_turn_reuses_the_whole_first_turn(engine):
 def test_a_reply_that_opens_the_next_turn_keeps_the_opening_and_the_next_turn_goes_on_from_it(engine):
     first = engine.chat("What is the capital of France?", DecodeConfig(max_tokens=24))
     kept = engine.tape
+    cached = list(engine.session.tokens)
     second = engine.chat("And of Italy?", DecodeConfig(max_tokens=8))
+    assert cached == list(kept)  # the opening's last token was decoded before the turn ended
     assert first.stop_reason == "stop" and "\nUser:" not in first.text
     assert engine.detokenize(kept).endswith(first.text + "\nUser:")
-    # the opening's last token was sampled, not evaluated: it is the one token prefilled again
-    assert (second.reused, second.dropped) == (len(kept) - 1, 0)
+    assert (second.reused, second.dropped) == (len(kept), 0)
     assert engine.detokenize(engine.tape).startswith(
         f"User: What is the capital of France?\nAssistant:{first.text}\nUser: And of Italy?\nAssistant:")
 

@@ -18,7 +18,7 @@ from textual.app import App
 from textual.widgets import Static
 
 from effctx_core.contract import TurnResult
-from effctx_core.timeline import TAIL_DROPPED, Timeline
+from effctx_core.timeline import ALL_REUSED, Timeline
 from effctx_core.trace import PrefillChunk, PrefixChecked, TokenDecoded, TurnFinished, TurnStarted
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.timings import TimingsScreen
@@ -118,16 +118,13 @@ async def test_the_explainer_shows_the_engine_numbers_of_turn_two(default_model)
         last = screen.last_result
         e = timings.timeline.explain(2)
         assert (e.reused, e.computed, e.dropped) == (last.reused, last.prefilled, last.dropped)
-        # Turn 1 stopped on the chat format's stop text, which the tape dropped and the
-        # cache still held: turn 2 drops it and recomputes nothing of the tape.
-        assert last.prefix_reason == f"diverges from the resident tape at token {last.reused}"
-        assert last.dropped > 0
-        assert e.cause == TAIL_DROPPED
-        assert e.detail == (
-            f"the cache held {last.dropped} tokens past the tape (a stop text or the end of a stopped reply), "
-            f"dropped; {last.reused} reused, {last.prefilled} computed"
-        )
-        assert e.divergence.old == "" and "And again" in e.divergence.new
+        # Turn 1 stopped where the model opened the next user turn; the tape kept that
+        # opening, so turn 2 went on from it: everything reused, only its input computed.
+        assert last.prefix_reason == "identical to the resident tape"
+        assert (last.dropped, e.recomputed) == (0, 0)
+        assert e.cause == ALL_REUSED
+        assert e.detail == f"all {last.reused} resident tokens reused; only the {last.prefilled} new tokens computed"
+        assert e.divergence is None  # nothing of the tape was cut
         console = Console(width=SIZE[0], record=True, file=io.StringIO())
         console.print(timings.query_one("#timings-table", Static).content)
         shown = " ".join(console.export_text().split())  # the why column wraps
