@@ -14,13 +14,13 @@ write of that update to the terminal, so a real terminal adds that write's cost.
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
-import sys
 import time
 
-from effctx_core.cli import EXIT_BAD_INPUT, _Parser
+from effctx_core.cli import _Parser
 from effctx_core.contract import EffctxError
+
+from .bench_cli import bench_command
 
 KEYS = "abcdefghijklmnopqrstuvwxyz0123"
 SPACING_S = 0.1
@@ -109,27 +109,27 @@ def run_keys_benchmark(prompt_tokens: int = 8192) -> dict:
     return asyncio.run(_measure(prompt_tokens))
 
 
+def _run_checked(opts) -> dict:
+    if opts.prompt_tokens < 16:
+        raise EffctxError("--prompt-tokens must be at least 16")
+    return run_keys_benchmark(opts.prompt_tokens)
+
+
+def _table(result: dict) -> list[str]:
+    keys = result["keys"]
+    lines = [
+        f"prefill: {result['prompt_tokens_prefilled']} tokens in {result['prefill_ms'] / 1000:.1f} s "
+        f"(n_ctx {result['n_ctx']}, {result['threads']} threads; whole turn {result['turn_ms'] / 1000:.1f} s)",
+        f"keys: {result['keys_sent']} sent {SPACING_S * 1000:.0f} ms apart, "
+        f"{result['keys_sent_during_prefill']} of them while the turn ran, {result['keys_never_shown']} never shown",
+    ]
+    if keys:
+        lines.append(f"key -> on screen: median {keys['median_ms']:.1f} ms   p95 {keys['p95_ms']:.1f} ms   "
+                     f"max {keys['max_ms']:.1f} ms   (target < 100 ms)")
+    return lines
+
+
 def main(argv: list[str]) -> int:
     parser = _Parser(prog="effctx bench keys", description="time typed keys on screen during a long prefill")
     parser.add_argument("--prompt-tokens", type=int, default=8192, metavar="N")
-    parser.add_argument("--json", action="store_true")
-    try:
-        opts = parser.parse_args(argv)
-        if opts.prompt_tokens < 16:
-            raise EffctxError("--prompt-tokens must be at least 16")
-        result = run_keys_benchmark(opts.prompt_tokens)
-    except EffctxError as exc:
-        print(f"effctx: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if opts.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    keys = result["keys"]
-    print(f"prefill: {result['prompt_tokens_prefilled']} tokens in {result['prefill_ms'] / 1000:.1f} s "
-          f"(n_ctx {result['n_ctx']}, {result['threads']} threads; whole turn {result['turn_ms'] / 1000:.1f} s)")
-    print(f"keys: {result['keys_sent']} sent {SPACING_S * 1000:.0f} ms apart, "
-          f"{result['keys_sent_during_prefill']} of them while the turn ran, {result['keys_never_shown']} never shown")
-    if keys:
-        print(f"key -> on screen: median {keys['median_ms']:.1f} ms   p95 {keys['p95_ms']:.1f} ms   "
-              f"max {keys['max_ms']:.1f} ms   (target < 100 ms)")
-    return 0
+    return bench_command(parser, argv, _run_checked, _table)

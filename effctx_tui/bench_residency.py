@@ -1,6 +1,7 @@
 """How long the residency view takes to draw a screenful of a long tape (not a test).
 
-    python -m effctx_tui.bench_residency [n_tokens]
+    effctx bench residency [--tokens N] [--json]
+    python -m effctx_tui.bench_residency [n_tokens]      (JSON only)
 
 A redraw here is `render_line` for every visible row with the row cache cleared, which
 is what a live update costs (set_table clears the cache); a cursor move or a scroll
@@ -13,12 +14,15 @@ import asyncio
 import json
 import sys
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 from textual.app import App, ComposeResult
 
+from effctx_core.cli import _Parser
+from effctx_core.contract import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockTable, Segment
+from effctx_tui.bench_cli import bench_command
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.residency_tape import Zoom
 from effctx_tui.widgets.residency_view import ResidencyView
@@ -118,6 +122,27 @@ async def _run(n_tokens: int, width: int, height: int, repeats: int) -> dict:
 def run_render_benchmark(n_tokens: int = 131072, width: int = 120, height: int = 40, repeats: int = 50) -> dict:
     """Redraw times of the visible rows at both zooms, set_table and the strip, in ms."""
     return asyncio.run(_run(n_tokens, width, height, repeats))
+
+
+def _run_checked(opts) -> dict:
+    if opts.tokens < 1:
+        raise EffctxError("--tokens must be positive")
+    return run_render_benchmark(opts.tokens)
+
+
+def _table(result: dict) -> Iterator[str]:
+    for name, stats in result.items():
+        if isinstance(stats, dict):
+            yield f"{name:28} median {stats['median_ms']:7.3f} ms   p95 {stats['p95_ms']:7.3f} ms"
+        else:
+            yield f"{name:28} {stats}"
+
+
+def main(argv: list[str]) -> int:
+    """`effctx bench residency`: here, not in effctx_core's CLI, because it draws with Textual."""
+    parser = _Parser(prog="effctx bench residency", description="time a redraw of the residency view")
+    parser.add_argument("--tokens", type=int, default=131072, metavar="N")
+    return bench_command(parser, argv, _run_checked, _table)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from importlib import resources
@@ -44,32 +43,6 @@ def _console_parser() -> _Parser:
     return parser
 
 
-def bench_residency(argv: list[str]) -> int:
-    """`effctx bench residency`: lives here because it draws with Textual."""
-    parser = _Parser(prog="effctx bench residency", description="time a redraw of the residency view")
-    parser.add_argument("--tokens", type=int, default=131072, metavar="N")
-    parser.add_argument("--json", action="store_true")
-    try:
-        opts = parser.parse_args(argv)
-        if opts.tokens < 1:
-            raise EffctxError("--tokens must be positive")
-    except EffctxError as exc:
-        print(f"effctx: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    from .bench_residency import run_render_benchmark
-
-    result = run_render_benchmark(opts.tokens)
-    if opts.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    for name, stats in result.items():
-        if isinstance(stats, dict):
-            print(f"{name:28} median {stats['median_ms']:7.3f} ms   p95 {stats['p95_ms']:7.3f} ms")
-        else:
-            print(f"{name:28} {stats}")
-    return 0
-
-
 def demo_names() -> list[str]:
     root = resources.files("effctx_tui") / "demos"
     return sorted(p.name[: -len(".jsonl")] for p in root.iterdir() if p.name.endswith(".jsonl"))
@@ -99,6 +72,8 @@ def _replay_trace(opts):
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:2] == ["bench", "residency"]:
+        from .bench_residency import main as bench_residency
+
         return bench_residency(args[2:])
     if args[:2] == ["bench", "keys"]:
         from .bench_keys import main as bench_keys

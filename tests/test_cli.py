@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,6 +82,9 @@ BAD_INPUTS = {
     "prompt file not text": (["run", "--prompt-file", "{binary}"], "prompt file is not UTF-8 text"),
     "prompt longer than n_ctx": (["run", "--prompt-file", "{long}", "--n-ctx", "256"], "context overflow in prefill"),
     "unknown option": (["run", "--prompt", "hi", "--bogus"], "unrecognized arguments"),
+    "bench residency on no tokens": (["bench", "residency", "--tokens", "0"], "--tokens must be positive"),
+    "bench keys on a tiny prompt": (["bench", "keys", "--prompt-tokens", "3"], "--prompt-tokens must be at least 16"),
+    "bench keys unknown option": (["bench", "keys", "--bogus"], "unrecognized arguments: --bogus"),
 }
 
 
@@ -106,6 +110,17 @@ def test_bench_overhead_reports_both_ratios(default_model):
     (raw,), (eng,) = data["raw"]["per_round"], data["engine"]["per_round"]
     assert data["prefill_ratio"] == pytest.approx(eng["prefill_tps"] / raw["prefill_tps"], rel=1e-3)
     assert data["decode_ratio"] == pytest.approx(eng["decode_tps"] / raw["decode_tps"], rel=1e-3)
+
+
+def test_bench_residency_prints_the_same_result_as_a_table_or_as_json():
+    data = json.loads(effctx("bench", "residency", "--tokens", "4096", "--json").stdout)
+    assert (data["n_tokens"], data["n_blocks"], data["width"], data["height"]) == (4096, 257, 120, 40)
+    out = effctx("bench", "residency", "--tokens", "4096")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == list(data)
+    assert lines[0] == "n_tokens                     4096"
+    assert re.fullmatch(r"set_table {19} median +\d+\.\d{3} ms   p95 +\d+\.\d{3} ms", lines[6])
 
 
 def test_info_json_has_the_layer_profile_and_a_capacity_table(default_model):

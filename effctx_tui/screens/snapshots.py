@@ -140,6 +140,10 @@ class SnapshotsScreen(Screen[str | None]):
         if self.snapshot_tree.current is not None:
             view.select_id(self.snapshot_tree.current)
         view.focus()
+        # The tree's labels hold copies of its component styles, so a new theme needs new
+        # labels. The signal, not a watch on App.theme: it comes after the stylesheet is
+        # reapplied, when the component styles hold the new theme's colours.
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh_tree())
 
     @property
     def selected(self) -> str | None:

@@ -55,7 +55,7 @@ def node_label(
     restoring: bool = False,
     styles: Mapping[str, Style | str] = {},
 ) -> Text:
-    """`styles` maps current, restoring, exact, recompute and marked to a style
+    """`styles` maps current, restoring, exact, recompute, marked and facts to a style
     (the view passes its theme's); without them the label is plain."""
     text = Text()
     if current:
@@ -66,7 +66,7 @@ def node_label(
     facts = [node.kind, f"{tree.tape_length(node.id):,} tokens", state_size(node)]
     if node.parent is not None:
         facts.append(f"{tree.shared_prefix(node.id):,} shared")
-    text.append("  " + " · ".join(facts), style="dim")
+    text.append("  " + " · ".join(facts), style=styles.get("facts", ""))
     if restoring:
         text.append(" · restoring…", style=styles.get("restoring", ""))
     elif restore is not None:
@@ -83,7 +83,7 @@ class SnapshotTreeView(Tree[str]):
 
     COMPONENT_CLASSES = {
         "snapshot-tree--current", "snapshot-tree--restoring", "snapshot-tree--exact",
-        "snapshot-tree--recompute", "snapshot-tree--marked",
+        "snapshot-tree--recompute", "snapshot-tree--marked", "snapshot-tree--facts",
     }
     DEFAULT_CSS = """
     SnapshotTreeView {
@@ -92,6 +92,8 @@ class SnapshotTreeView(Tree[str]):
         & > .snapshot-tree--exact { color: $success; }
         & > .snapshot-tree--recompute { color: $warning; }
         & > .snapshot-tree--marked { color: $accent; text-style: bold; }
+        /* secondary text (themes.MUTED), not "dim", which no theme can undo */
+        & > .snapshot-tree--facts { color: $foreground-muted; }
     }
     """
 
@@ -134,6 +136,10 @@ class SnapshotTreeView(Tree[str]):
         current = tree.current
         styles = {name: self.get_component_rich_style(f"snapshot-tree--{name}", partial=True)
                   for name in ("current", "restoring", "exact", "recompute", "marked")}
+        # A partial style drops the colour's alpha, and $foreground-muted is the foreground
+        # at 60% in a theme that does not set it: the full style blends it over the tree's
+        # background. Its colour alone, so that the cursor line keeps its own background.
+        styles["facts"] = Style(color=self.get_component_rich_style("snapshot-tree--facts").color)
         for node in nodes:
             label = node_label(
                 tree, node, current=node.id == current, marked=node.id == marked,

@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.color import Color
 from textual.command import CommandList
 from textual.geometry import Region
-from theme_fixtures import SIZE, StripApp, ThemedResidencyApp, config_home  # noqa: F401 - config_home is a fixture
+from theme_fixtures import (  # noqa: F401 - config_home is a fixture
+    SIZE, StripApp, ThemedResidencyApp, ThemedSnapshotsApp, config_home,
+)
 from pilot_wait import wait_for
 
 from effctx_tui.themes import ThemeFileError, builtin_theme_files, load_theme_file, load_themes
@@ -16,6 +19,7 @@ from effctx_tui.widgets.block_inspector import BlockInspector, block_rows
 from effctx_tui.widgets.residency_palette import theme_variables
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.residency_view import ResidencyView
+from effctx_tui.widgets.snapshot_tree import SnapshotTreeView
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,6 +71,26 @@ def inspector_labels(app) -> dict[str, str]:
     labels = {label for label, _ in block_rows(app.screen.query_one(ResidencyView).cursor_block)}
     return {s.text.strip(): str(s.style) for line in painted(app.screen.query_one(BlockInspector))
             for s in line if s.text.strip() in labels}
+
+
+# The facts of each node of snapshot_fixtures' tree, top to bottom; the screen puts the
+# cursor on the current node, n3.
+TREE_FACTS = ["root · 0 tokens · no state", "turn · 8 tokens · 180.7 KiB · 0 shared",
+              "turn · 24 tokens · 433.0 KiB · 8 shared", "turn · 22 tokens · no state · 8 shared",
+              "turn · 30 tokens · 556.7 KiB · 22 shared"]
+CURSOR_LINE = 3
+
+
+def tree_facts(app) -> list[tuple[str, str]]:
+    """Each node's facts in the snapshot tree with their colour as painted."""
+    return [(s.text.strip(), s.style.color.triplet.hex) for line in painted(app.screen.query_one(SnapshotTreeView))
+            for s in line if " tokens · " in s.text]
+
+
+def expected_facts(app, muted: str) -> list[tuple[str, str]]:
+    # the cursor line is the cursor's colour throughout, as Textual's Tree draws it
+    cursor = app.screen.query_one(SnapshotTreeView).get_component_rich_style("tree--cursor").color.triplet.hex
+    return [(facts, cursor if i == CURSOR_LINE else muted) for i, facts in enumerate(TREE_FACTS)]
 
 
 def notifications(app) -> list[tuple[str, str]]:
@@ -160,6 +184,21 @@ async def test_high_contrast_shows_secondary_text_at_full_strength(config_home):
         title = painted(app.screen.query_one("HeaderTitle"))[0]
         assert [(s.text, str(s.style)) for s in title if s.text.strip()] == [
             ("Residency", "#ffffff on #303030"), (" — policy streaming", "#ffffff on #303030")]
+
+
+async def test_the_snapshot_tree_facts_take_the_muted_colour_of_the_theme_switched_to(config_home):
+    app = ThemedSnapshotsApp(theme="effctx-high-contrast")
+    async with app.run_test(size=SIZE) as pilot:
+        assert tree_facts(app) == expected_facts(app, "#ffffff")  # its muted foreground: full white
+        await pilot.press("f2")
+        assert app.theme == "effctx-light"
+        assert tree_facts(app) == expected_facts(app, theme_vars("effctx-light")["foreground-muted"])
+        await pilot.press("f2")
+        assert app.theme == "effctx-dark"
+        # no muted foreground of its own: Textual's, the foreground at 60%, over the tree
+        foreground = Color.parse(app.current_theme.foreground).with_alpha(0.6)
+        muted = app.screen.query_one(SnapshotTreeView).background_colors[1] + foreground
+        assert tree_facts(app) == expected_facts(app, muted.hex.lower())
 
 
 async def test_a_textual_theme_without_residency_variables_gets_the_default_hues(config_home):

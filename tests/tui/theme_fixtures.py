@@ -1,10 +1,12 @@
 """Apps for the look-and-feel tests: ConsoleApp (themes, help, palette) over the fixed
-residency tape of test_residency_screen, with the user config dir in a temporary folder
-so no test reads or writes the real settings."""
+residency tape of test_residency_screen or the hand-made snapshot tree of
+snapshot_fixtures, with the user config dir in a temporary folder so no test reads or
+writes the real settings."""
 
 from __future__ import annotations
 
 import pytest
+from snapshot_fixtures import fake_detokenize, fixed_restores, fixed_tree
 from test_residency_screen import SIZE, planned_tape
 from textual.app import ComposeResult
 from textual.screen import Screen
@@ -13,9 +15,10 @@ from textual.widgets import Footer
 from effctx_core.residency.report import OBSERVED
 from effctx_tui.console import ConsoleApp
 from effctx_tui.screens.residency import ResidencyScreen
+from effctx_tui.screens.snapshots import SnapshotsScreen
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 
-__all__ = ["SIZE", "config_home", "StripApp", "ThemedResidencyApp"]
+__all__ = ["SIZE", "config_home", "StripApp", "ThemedResidencyApp", "ThemedSnapshotsApp"]
 
 
 @pytest.fixture
@@ -41,3 +44,8 @@ class StripApp(ConsoleApp):
 class ThemedResidencyApp(ConsoleApp):
     def on_mount(self) -> None:
         self.push_screen(ResidencyScreen(planned_tape(), "streaming", source=OBSERVED, budget=800))
+
+
+class ThemedSnapshotsApp(ConsoleApp):
+    def on_mount(self) -> None:
+        self.push_screen(SnapshotsScreen(fixed_tree(), detokenize=fake_detokenize, restores=fixed_restores()))
