@@ -13,15 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import bench_cli, info_cli, run_cli
-from .cli_options import (  # noqa: F401  (the console's entry point takes these from here)
-    EXIT_BAD_INPUT,
-    _Parser,
-    add_runtime_options,
-    model_from_args,
-    profile_from_args,
-    read_text_file,
-    stderr_progress,
-)
+from .cli_options import EXIT_BAD_INPUT, OneLineParser, stderr_progress
 from .contract import EffctxError
 from .sessions_cli import add_parser as add_sessions_parser
 from .sessions_cli import cmd_sessions
@@ -30,7 +22,7 @@ from .snapshots_cli import cmd_snapshots
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="effctx", description="See and steer what a local LLM runtime keeps in context.")
+    parser = OneLineParser(prog="effctx", description="See and steer what a local LLM runtime keeps in context.")
     sub = parser.add_subparsers(dest="command")
     info_cli.add_parsers(sub)
     run_cli.add_parser(sub)

@@ -13,7 +13,7 @@ from .profiles import DEFAULT_PROFILE_NAME, Profile, load_profile
 EXIT_BAD_INPUT = 2
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not usage + error
         raise EffctxError(message)
 

@@ -17,10 +17,10 @@ import asyncio
 import statistics
 import time
 
-from effctx_core.cli import _Parser
+from effctx_core.cli_options import OneLineParser
 from effctx_core.contract import EffctxError
 
-from .bench_cli import bench_command
+from .bench_command import bench_command
 
 KEYS = "abcdefghijklmnopqrstuvwxyz0123"
 SPACING_S = 0.1
@@ -130,6 +130,6 @@ def _table(result: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = _Parser(prog="effctx bench keys", description="time typed keys on screen during a long prefill")
+    parser = OneLineParser(prog="effctx bench keys", description="time typed keys on screen during a long prefill")
     parser.add_argument("--prompt-tokens", type=int, default=8192, metavar="N")
     return bench_command(parser, argv, _run_checked, _table)

@@ -19,10 +19,10 @@ from typing import Callable, Iterator
 import numpy as np
 from textual.app import App, ComposeResult
 
-from effctx_core.cli import _Parser
+from effctx_core.cli_options import OneLineParser
 from effctx_core.contract import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockTable, Segment
-from effctx_tui.bench_cli import bench_command
+from effctx_tui.bench_command import bench_command
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.residency_tape import Zoom
 from effctx_tui.widgets.residency_view import ResidencyView
@@ -140,7 +140,7 @@ def _table(result: dict) -> Iterator[str]:
 
 def main(argv: list[str]) -> int:
     """`effctx bench residency`: here, not in effctx_core's CLI, because it draws with Textual."""
-    parser = _Parser(prog="effctx bench residency", description="time a redraw of the residency view")
+    parser = OneLineParser(prog="effctx bench residency", description="time a redraw of the residency view")
     parser.add_argument("--tokens", type=int, default=131072, metavar="N")
     return bench_command(parser, argv, _run_checked, _table)
 

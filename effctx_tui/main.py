@@ -8,22 +8,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
-from effctx_core.cli import (
-    COMMANDS,
-    EXIT_BAD_INPUT,
-    _Parser,
-    read_text_file,
-    add_runtime_options,
-    profile_from_args,
-    run_command,
-)
+from effctx_core.cli import COMMANDS, run_command
+from effctx_core.cli_options import EXIT_BAD_INPUT, OneLineParser, add_runtime_options, profile_from_args, read_text_file
 from effctx_core.contract import EffctxError
 from effctx_core.snapshots.tree_file import check_name
 
 
-def _console_parser() -> _Parser:
+def _console_parser() -> OneLineParser:
     others = ", ".join([*COMMANDS, "serve"])
-    parser = _Parser(prog="effctx", description=f"Open the effctx console. Other commands: {others} (effctx COMMAND --help).")
+    parser = OneLineParser(prog="effctx", description=f"Open the effctx console. Other commands: {others} (effctx COMMAND --help).")
     add_runtime_options(parser)
     parser.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens per reply")
     parser.add_argument("--trace", metavar="FILE", help="write the engine's events as JSON Lines")

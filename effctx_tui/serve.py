@@ -11,7 +11,7 @@ import argparse
 import shlex
 import sys
 
-from effctx_core.cli import EXIT_BAD_INPUT, _Parser, profile_from_args
+from effctx_core.cli_options import EXIT_BAD_INPUT, OneLineParser, profile_from_args
 from effctx_core.contract import EffctxError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -19,10 +19,10 @@ DEFAULT_PORT = 8000
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def _serve_parser(console: argparse.ArgumentParser) -> _Parser:
+def _serve_parser(console: argparse.ArgumentParser) -> OneLineParser:
     # The console's own options are added as parents so `--help` lists them all;
     # allow_abbrev is off so `--ho` never silently means `--host`.
-    parser = _Parser(prog="effctx serve", parents=[console], add_help=False, allow_abbrev=False,
+    parser = OneLineParser(prog="effctx serve", parents=[console], add_help=False, allow_abbrev=False,
                      description="Serve the effctx console to a web browser (one console per browser tab).")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N", help=f"TCP port (default {DEFAULT_PORT})")
     parser.add_argument("--host", default=None, metavar="ADDR",

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effctx_core.cli import _Parser
+from effctx_core.cli_options import OneLineParser
 from effctx_core.contract import EffctxError, SessionSnapshot
 from effctx_core.snapshots import (
     BUDGET_ENV, AmbiguousSnapshotIdError, SnapshotBudgetError, SnapshotError, SnapshotInUseError,
@@ -356,7 +356,7 @@ def test_a_damaged_refs_file_stops_eviction_until_verify_sets_it_aside(tmp_path)
 
 
 def cli(*argv: str) -> int:
-    parser = _Parser(prog="effctx")
+    parser = OneLineParser(prog="effctx")
     add_parser(parser.add_subparsers(dest="command"))
     return cmd_snapshots(parser.parse_args(["snapshots", *argv]))
 

@@ -8,12 +8,12 @@ import json
 import sys
 from typing import Callable, Iterable
 
-from effctx_core.cli import EXIT_BAD_INPUT, _Parser
+from effctx_core.cli_options import EXIT_BAD_INPUT, OneLineParser
 from effctx_core.contract import EffctxError
 
 
 def bench_command(
-    parser: _Parser,
+    parser: OneLineParser,
     argv: list[str],
     run: Callable[[argparse.Namespace], dict],
     table: Callable[[dict], Iterable[str]],
