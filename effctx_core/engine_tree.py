@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .engine_records import NodeRestore
 from .residency import Segment
-from .snapshots.errors import SnapshotNotFoundError
+from .snapshots.errors import SnapshotError, SnapshotNotFoundError
 from .snapshots.tree import SnapshotTree
 from .trace import NodeAdded, NodeRestored
 
@@ -19,6 +19,19 @@ from .trace import NodeAdded, NodeRestored
 def session_owner(name: str) -> str:
     """The snapshot-store owner name under which a saved session keeps its states."""
     return f"session-{name}"
+
+
+# Snapshot kinds that belong to a session's tree; a "prefix" entry belongs to the cache.
+CHECKPOINT_KINDS = ("turn", "manual")
+
+
+def _remove_checkpoint(store, key: str) -> None:
+    try:
+        info = store.info(key)
+        if not info.refs and info.meta.get("kind") in CHECKPOINT_KINDS:
+            store.rm(key)
+    except SnapshotError:
+        pass  # gone already, or taken by another session meanwhile: nothing to give back
 
 
 class TreeOperations:
@@ -59,18 +72,27 @@ class TreeOperations:
                    message=message or "")
 
     def save_session(self, name: str) -> Path:
-        """Save the tree as a named session; the store keeps every state it references
-        (and lets go of the states this session referenced before and no longer does)."""
+        """Save the tree as a named session; the store keeps every state it references.
+
+        The states of nodes deleted since the last save are removed from the store, unless
+        another session references them or they are prefix-cache entries (which outlive
+        sessions): a deleted branch gives its disk space back at once, not at the LRU's
+        turn."""
         with self._lock:
             path = self.tree.save(name)
-            if self._checkpoints is not None:
+            store = self._checkpoints
+            if store is not None:
                 owner = session_owner(name)
-                self._checkpoints.remove_refs(owner)
-                for key in sorted(self.tree.blobs()):
+                before = set(store.refs_of(owner))
+                store.remove_refs(owner)
+                kept = self.tree.blobs()
+                for key in sorted(kept):
                     try:
-                        self._checkpoints.add_ref(key, owner)
+                        store.add_ref(key, owner)
                     except SnapshotNotFoundError:
                         pass  # evicted before the tree was saved: that node will recompute
+                for key in sorted(before - kept):
+                    _remove_checkpoint(store, key)
             return path
 
     def load_session(self, name: str) -> "NodeRestore | None":

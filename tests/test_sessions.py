@@ -49,6 +49,41 @@ def test_a_saved_session_keeps_its_states_and_reopens_at_its_current_node(home, 
     other.close()
 
 
+def test_saving_after_a_delete_gives_the_deleted_states_back_and_keeps_the_prefix_cache(home, default_model):
+    store = SnapshotStore()
+    engine = SessionEngine(default_model, PROFILE, checkpoints=store, prefix_cache=store)
+    engine.open()
+    engine.load_prefix("Notes. The grass is green.")
+    prefix = engine.tree.current
+    engine.complete(" The capital of France is", ONE_TOKEN)
+    first = engine.tree.current
+    engine.complete(" The capital of Italy is", ONE_TOKEN)
+    second = engine.tree.current
+    engine.save_session("s")
+    blob = {n: engine.tree.node(n).blob for n in (prefix, first, second)}
+    engine.tree.delete_subtree(first)
+    engine.save_session("s")
+    engine.close()
+    left = {e.key for e in store.ls()}
+    assert blob[prefix] in left and blob[first] not in left and blob[second] not in left
+    assert store.refs_of(session_owner("s")) == (blob[prefix],)
+
+
+def test_a_state_another_session_references_stays_when_one_deletes_its_node(home, default_model):
+    store = SnapshotStore()
+    engine = SessionEngine(default_model, PROFILE, checkpoints=store)
+    engine.open()
+    engine.complete("The capital of France is", ONE_TOKEN)
+    node = engine.tree.current
+    key = engine.tree.node(node).blob
+    engine.save_session("a")
+    engine.save_session("b")
+    engine.tree.delete_subtree(node)
+    engine.save_session("a")
+    engine.close()
+    assert store.info(key).refs == (session_owner("b"),)
+
+
 def test_the_sessions_command_lists_exports_imports_and_removes(home, default_model, tmp_path):
     engine = SessionEngine(default_model, PROFILE, checkpoints=SnapshotStore())
     engine.open()
