@@ -46,6 +46,6 @@ def to_perfetto(events: tuple[Event, ...] | list[Event]) -> dict:
                               "ttft_ms": r.ttft_ms, "stop": r.stop_reason}))
         elif k == "prefix_cache":
             out.append(_span(f"prefix cache {e.result}", "snapshots", t, e.ms, {"tokens": e.tokens}))
-        elif k in ("session_opened", "turn_started", "prefix_checked", "node", "swap", "error"):
+        elif k in ("session_opened", "turn_started", "prefix_checked", "node", "swap", "swap_cancelled", "error"):
             out.append(_instant(k, "engine", t, {f: v for f, v in vars(e).items() if f != "t_ms"}))
     return {"traceEvents": out, "displayTimeUnit": "ms"}

@@ -90,3 +90,14 @@ def test_trace_export_on_the_command_line(recorded, tmp_path):
     bad.write_text("garbage\n")
     refused = subprocess.run([EFFCTX, "trace", "export", str(bad), "--perfetto"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+
+
+def test_a_cancelled_swap_is_an_instant_on_the_engine_track():
+    from effctx_core.trace import SwapAbandoned
+
+    cancelled = SwapAbandoned(old_profile="exact", new_profile="q8", done=512, total=2503, tokens=2503, ms=812.5,
+                              t_ms=1500.0)
+    (instant,) = [e for e in to_perfetto([cancelled])["traceEvents"] if e["ph"] == "i"]
+    assert (instant["name"], instant["ts"]) == ("swap_cancelled", 1_500_000.0)
+    assert instant["args"] == {"old_profile": "exact", "new_profile": "q8", "done": 512, "total": 2503,
+                               "tokens": 2503, "ms": 812.5}
