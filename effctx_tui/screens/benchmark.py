@@ -21,6 +21,10 @@ from effctx_core.contract import EffctxError
 from effctx_core.profiles import Profile
 
 
+THROUGHPUT_TITLE = ("Throughput (median tok/s; the ratio is the median of per-round ratios, "
+                    "and other load on the CPU moves it by a few %)")
+
+
 def _number(value: float, places: int) -> Text:
     return Text(f"{value:,.{places}f}", justify="right")
 
@@ -78,7 +82,7 @@ class BenchmarkScreen(Screen):
         with Horizontal(id="bench-progress-row"):
             yield Label("", id="bench-label")
             yield ProgressBar(id="bench-progress", show_eta=False)
-        yield Label("Throughput (median tok/s)", classes="bench-title")
+        yield Label(THROUGHPUT_TITLE, classes="bench-title")
         yield DataTable(id="bench-throughput", cursor_type="none")
         yield Label("Answer quality (passkey)", classes="bench-title")
         yield DataTable(id="bench-quality", cursor_type="none")
