@@ -308,7 +308,9 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
             tracker.append(Segment.ASSISTANT, len(generated), turn)
         if cut is not None:
             keep = _tokens_before(pieces, cut)
-            text = "".join(pieces[:keep])
+            # The reply is the text up to the stop, even where a token straddles it; the
+            # tape can only keep whole tokens, so such a token goes with the stop text.
+            text = text[:cut]
             # A reply that ends on exactly the next turn's opening keeps it on the tape,
             # its last token (sampled, not yet evaluated) decoded now: the next turn goes
             # on from it and reuses everything. Any other stop text stays in the cache

@@ -110,3 +110,9 @@ def test_cancel_stops_a_prefill_between_chunks_and_the_next_turn_drops_the_part_
     engine._subscribers.clear()
     after = engine.complete("Hello", DecodeConfig(max_tokens=2))
     assert (after.reused, after.dropped) == (0, 512)
+
+
+def test_a_stop_text_inside_a_token_keeps_the_reply_text_before_it(engine):
+    result = engine.complete("Count: one, two,", DecodeConfig(max_tokens=16, stop=("ree,",)))
+    assert (result.stop_reason, result.text) == ("stop", " th")
+    assert engine.detokenize(engine.tape) == "Count: one, two,"  # " three" straddles the stop: not kept
