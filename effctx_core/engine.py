@@ -93,6 +93,7 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
         # Where the state of every turn's node goes; None keeps the tree without states
         # (a restore then recomputes).
         self._checkpoints = checkpoints
+        self._made_blobs: set[str] = set()  # states this engine saved, until a save lets go of them
         self.tree = SnapshotTree()
         self._tracker: ResidencyTracker | None = None
         self._executor = None

@@ -60,6 +60,7 @@ class TreeOperations:
             try:
                 snap = session.snapshot()
                 blob = save_snapshot(self._checkpoints, snap, meta={"kind": kind}).key
+                self._made_blobs.add(blob)
                 state_bytes = len(snap.state)
             except SnapshotError as exc:
                 message = f"state not saved ({exc}); restoring this node will recompute it"
@@ -74,10 +75,10 @@ class TreeOperations:
     def save_session(self, name: str) -> Path:
         """Save the tree as a named session; the store keeps every state it references.
 
-        The states of nodes deleted since the last save are removed from the store, unless
-        another session references them or they are prefix-cache entries (which outlive
-        sessions): a deleted branch gives its disk space back at once, not at the LRU's
-        turn."""
+        The states of nodes deleted since the last save (or made in this run and deleted
+        before any save) are removed from the store, unless another session references
+        them or they are prefix-cache entries (which outlive sessions): a deleted branch
+        gives its disk space back at once, not at the LRU's turn."""
         with self._lock:
             path = self.tree.save(name)
             store = self._checkpoints
@@ -91,8 +92,9 @@ class TreeOperations:
                         store.add_ref(key, owner)
                     except SnapshotNotFoundError:
                         pass  # evicted before the tree was saved: that node will recompute
-                for key in sorted(before - kept):
+                for key in sorted((before | self._made_blobs) - kept):
                     _remove_checkpoint(store, key)
+                    self._made_blobs.discard(key)
             return path
 
     def load_session(self, name: str) -> "NodeRestore | None":

@@ -171,3 +171,16 @@ def test_random_walks_keep_the_tree_and_the_store_consistent(home):
             max_examples=6, stateful_step_count=20, deadline=None, suppress_health_check=list(HealthCheck)))
     finally:
         engine.close()
+
+
+def test_a_node_deleted_before_its_session_was_ever_saved_gives_its_state_back(home, default_model):
+    store = SnapshotStore()
+    engine = SessionEngine(default_model, PROFILE, checkpoints=store)
+    engine.open()
+    engine.complete("The capital of France is", ONE_TOKEN)
+    node = engine.tree.current
+    key = engine.tree.node(node).blob
+    engine.tree.delete_subtree(node)
+    engine.save_session("s")
+    engine.close()
+    assert key not in {e.key for e in store.ls()}
