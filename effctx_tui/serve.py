@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 
-from effctx_core.cli_options import EXIT_BAD_INPUT, OneLineParser, profile_from_args
+from effctx_core.cli_options import EXIT_BAD_INPUT, OneLineParser, profile_from_args, read_text_file
 from effctx_core.contract import EffctxError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -80,6 +81,10 @@ def serve(argv: list[str]) -> int:
             from effctx_core.snapshots.tree_file import check_name
 
             check_name(opts.session)
+        if opts.prefix_file:
+            read_text_file(opts.prefix_file, "prefix")  # refused here, not in every browser tab
+            # absolute: the served consoles need not start in this directory
+            opts.prefix_file = str(Path(opts.prefix_file).resolve())
         _prepare_model(opts.model or profile.model)
     except EffctxError as exc:
         print(f"effctx: error: {exc}", file=sys.stderr)

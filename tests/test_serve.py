@@ -147,3 +147,12 @@ async def test_a_browser_shows_the_served_console(default_model, tmp_path):
         os.kill(pid, signal.SIGKILL)
     assert not left, f"console processes outlived the server: {left}"
     assert server.returncode == 0, output
+
+
+def test_a_prefix_file_is_checked_once_and_passed_on_as_an_absolute_path(fake_server, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("Notes.", encoding="utf-8")
+    assert serve_mod.serve(["--model", "m.gguf", "--prefix-file", "missing.txt"]) == 2
+    assert not fake_server and capsys.readouterr().err == "effctx: error: prefix file not found: missing.txt\n"
+    assert serve_mod.serve(["--model", "m.gguf", "--prefix-file", "notes.txt"]) == 0
+    assert fake_server[0].command.endswith(f"--prefix-file {tmp_path / 'notes.txt'}")
