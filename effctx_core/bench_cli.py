@@ -29,6 +29,14 @@ def add_parsers(sub) -> None:
     passkey.add_argument("--seeds", type=int, default=1, metavar="N", help="keys per length and depth")
     passkey.add_argument("--json", action="store_true")
 
+    cell = bench_sub.add_parser("cell", help="a cell's throughput with the passkey smoke beside it "
+                                              "(the console's benchmark screen, headless)")
+    add_runtime_options(cell)
+    for option in ("--prompt-tokens", "--decode-tokens", "--rounds", "--passkey-tokens"):
+        cell.add_argument(option, type=int, metavar="N", help="(default: as in the console)")
+    cell.add_argument("--depths", metavar="D,D,…", help="passkey needle depths (default: as in the console)")
+    cell.add_argument("--json", action="store_true")
+
     # Drawn with Textual, so effctx_tui's entry point runs it; listed here for --help.
     bench_sub.add_parser("residency", help="time a redraw of the residency view on a 128k-token tape")
     planner = bench_sub.add_parser("planner", help="time each residency policy on a long tape")
@@ -40,6 +48,8 @@ def add_parsers(sub) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "planner":
         return cmd_bench_planner(args)
+    if args.bench == "cell":
+        return cmd_bench_cell(args)
     if args.bench == "residency":
         raise EffctxError("bench residency draws with Textual: run it as `effctx bench residency`")
     from .bench.overhead import run_overhead
@@ -69,6 +79,34 @@ def cmd_bench_planner(args: argparse.Namespace) -> int:
     print(f"{'policy':16}{'median ms':>11}{'p95 ms':>9}")
     for r in rows:
         print(f"{r['policy']:16}{r['median_ms']:>11.3f}{r['p95_ms']:>9.3f}")
+    return 0
+
+
+def cmd_bench_cell(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .bench.cell import CellBenchPlan, run_cell_bench
+
+    changes = {name: value for name in ("prompt_tokens", "decode_tokens", "rounds", "passkey_tokens")
+               if (value := getattr(args, name)) is not None}
+    if any(value < 1 for value in changes.values()):
+        raise EffctxError("--prompt-tokens, --decode-tokens, --rounds and --passkey-tokens must be at least 1")
+    if args.depths is not None:
+        changes["depths"] = tuple(_number_list(args.depths, float, "--depths", 0.0, 1.0))
+    plan = replace(CellBenchPlan(), **changes)
+    profile = profile_from_args(args)
+    report = run_cell_bench(
+        model_from_args(args, profile), profile, plan,
+        progress=lambda msg, done, total: None if args.json else print(f"[{done}/{total}] {msg}", file=sys.stderr, flush=True),
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0
+    print(report.throughput.table())
+    for t in report.trials:
+        print(f"{'ok  ' if t.correct else 'FAIL'} passkey length {t.length}  depth {t.depth:.2f}  key {t.key}  "
+              f"answer {t.answer[:28]!r:32} {t.verdict}")
+    print(report.summary())
     return 0
 
 

@@ -83,6 +83,8 @@ BAD_INPUTS = {
     "prompt longer than n_ctx": (["run", "--prompt-file", "{long}", "--n-ctx", "256"], "context overflow in prefill"),
     "unknown option": (["run", "--prompt", "hi", "--bogus"], "unrecognized arguments"),
     "bench residency on no tokens": (["bench", "residency", "--tokens", "0"], "--tokens must be positive"),
+    "bench cell without rounds": (["bench", "cell", "--rounds", "0"], "--rounds and --passkey-tokens must be at least 1"),
+    "bench cell depth past the end": (["bench", "cell", "--depths", "0.5,2"], "--depths must hold numbers from 0.0 to 1.0"),
     "bench keys on a tiny prompt": (["bench", "keys", "--prompt-tokens", "3"], "--prompt-tokens must be at least 16"),
     "bench keys unknown option": (["bench", "keys", "--bogus"], "unrecognized arguments: --bogus"),
 }
@@ -143,3 +145,15 @@ def test_ctrl_c_during_model_preparation_exits_130_and_leaves_no_file(tmp_path):
     assert proc.wait(timeout=60) == 130
     assert proc.stderr.read().splitlines()[-1] == "effctx: interrupted"
     assert [p for p in (tmp_path / "data").rglob("*") if p.is_file()] == []
+
+
+def test_bench_cell_reports_throughput_beside_the_passkey_smoke(default_model):
+    out = subprocess.run([EFFCTX, "bench", "cell", "--prompt-tokens", "128", "--decode-tokens", "8", "--rounds", "1",
+                          "--passkey-tokens", "384", "--depths", "0.5", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["profile"] == "exact" and data["throughput"]["rounds"] == 1
+    assert data["throughput"]["decode_tokens"] == 8 and data["throughput"]["prefill_ratio"] > 0
+    assert (data["passkey"]["found"], data["passkey"]["trials_run"]) == (1, 1)
+    assert data["passkey"]["trials"][0]["verdict"] == "found"
+    assert data["summary"].endswith("passkey 1/1 found at 384 tokens")

@@ -51,6 +51,14 @@ class CellBenchReport:
     def found(self) -> int:
         return sum(t.correct for t in self.trials)
 
+    def to_dict(self) -> dict:
+        return {
+            "profile": self.profile,
+            "throughput": self.throughput.to_dict(),
+            "passkey": {"found": self.found, "trials_run": len(self.trials), "trials": [t.to_dict() for t in self.trials]},
+            "summary": self.summary(),
+        }
+
     def summary(self) -> str:
         t = self.throughput
         engine = t.to_dict()["engine"]
