@@ -23,8 +23,11 @@ def cells(table: DataTable) -> list[list[str]]:
 async def open_bench(pilot, app: EffctxApp) -> BenchmarkScreen:
     await wait_for(pilot, lambda: app.session_screen.ready)
     await pilot.press("ctrl+b")
-    assert isinstance(app.screen, BenchmarkScreen)
-    return app.screen
+    bench = app.screen
+    assert isinstance(bench, BenchmarkScreen)
+    # mounted, so its keys are live (a key pressed before lands on the screen below)
+    await wait_for(pilot, lambda: bench.query_one("#bench-throughput", DataTable).columns)
+    return bench
 
 
 async def test_a_run_fills_throughput_and_passkey_quality_side_by_side(default_model):
@@ -32,9 +35,10 @@ async def test_a_run_fills_throughput_and_passkey_quality_side_by_side(default_m
     app.bench_plan = SMALL
     async with app.run_test(size=(120, 36)) as pilot:
         bench = await open_bench(pilot, app)
-        await pilot.press("r")
-        assert bench.running and bench.query_one("#bench-progress", ProgressBar).total == 3
-        await wait_for(pilot, lambda: not bench.running, seconds=120)
+        await pilot.press("r")  # Pilot may wait through the whole (short) run here
+        await wait_for(pilot, lambda: bench.report is not None, seconds=120)
+        bar = bench.query_one("#bench-progress", ProgressBar)
+        assert not bench.running and (bar.total, bar.progress) == (3, 3)
         throughput = cells(bench.query_one("#bench-throughput", DataTable))
         assert [row[0] for row in throughput] == ["direct llama.cpp", "engine", "engine / direct"]
         assert all(float(v.replace(",", "")) > 0 for row in throughput for v in row[1:])
