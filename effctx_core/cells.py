@@ -69,7 +69,7 @@ def list_cells(model_path: Path, model_name: str) -> list[Cell]:
                 cells.append(Cell(backend_name, name, "cpu", model_name, False, str(exc), profile_record=profile))
                 continue
             reason = _offer(info, profile)
-            if profile.residency.policy != "none" and not info.capabilities.position_shift:
+            if profile.residency.evicts and not info.capabilities.position_shift:
                 cells.append(Cell(backend_name, name, "cpu", model_name, False,
                                   f"the {profile.residency.policy} policy needs position shift: "
                                   f"{info.capabilities.reasons['position_shift']}", info, profile))
@@ -84,7 +84,7 @@ def list_cells(model_path: Path, model_name: str) -> list[Cell]:
 
 
 def _offer(info: ModelInfo, profile: Profile) -> str:
-    if profile.residency.policy != "none":
+    if profile.residency.evicts:
         return (f"no length limit: the {profile.residency.policy} policy keeps at most "
                 f"{profile.budget_tokens} tokens resident")
     limit = info.max_context

@@ -30,7 +30,7 @@ from .contract import (
     SessionSnapshot,
     TurnResult,
 )
-from .profiles import DEFAULT_PROFILE, Profile
+from .profiles import BUDGET_POLICIES, DEFAULT_PROFILE, Profile
 from .residency import BlockClass, ResidencyReport, Segment
 from .residency.planners import PlannerCaps
 from .residency.tracker import ResidencyTracker
@@ -57,16 +57,13 @@ from .engine_tree import TreeOperations, session_owner
 from .transcript import chat_format_for
 
 # Importers of this module get the records with the engine.
-__all__ = ["BUDGET_POLICIES", "NodeRestore", "PrefillCancelled", "PrefixLoad", "SessionEngine", "SwapCancelled", "SwapResult",
+__all__ = ["NodeRestore", "PrefillCancelled", "PrefixLoad", "SessionEngine", "SwapCancelled", "SwapResult",
            "session_owner"]
 
 if TYPE_CHECKING:
     from .snapshots import SnapshotStore
 
 Subscriber = Callable[[Event], None]
-
-# The policies whose plans keep to the budget (streaming keeps its windows whatever it is).
-BUDGET_POLICIES = ("budget", "scored")
 
 
 def _rate(tokens: int, ms: float) -> float:

@@ -30,6 +30,8 @@ KV_CACHE_TYPES: dict[str, int] = {
     "bf16": 30,
 }
 POLICIES = ("none", "streaming", "budget", "scored")
+# The policies whose plans keep to the budget (streaming keeps its windows whatever it is).
+BUDGET_POLICIES = ("budget", "scored")
 BACKENDS = ("llama",)
 DEFAULT_PROFILE_NAME = "exact"
 
@@ -55,6 +57,11 @@ class ResidencyConfig:
     # re-rotate every shifted key, so sliding a token at a time would cost that per token.
     slide_tokens: int = 64
 
+    @property
+    def evicts(self) -> bool:
+        """Whether the policy takes tokens out of the cache (every policy but none)."""
+        return self.policy != "none"
+
     def validate(self, where: str) -> None:
         if self.policy not in POLICIES:
             raise ProfileError(f"{where}: unknown residency policy {self.policy!r} (known: {', '.join(POLICIES)})")
@@ -65,7 +72,7 @@ class ResidencyConfig:
             raise ProfileError(f"{where}: residency.block_size must be at least 1")
         if self.slide_tokens < 1:
             raise ProfileError(f"{where}: residency.slide_tokens must be at least 1")
-        if self.policy == "none":
+        if not self.evicts:
             return
         for name in ("sink_tokens", "recent_tokens"):
             if getattr(self, name) % self.block_size:

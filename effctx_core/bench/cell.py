@@ -36,7 +36,7 @@ class CellBenchPlan:
     def passkey_length(self, profile: Profile) -> int:
         """The smoke's prompt length: the plan's, cut to what the profile can hold when it
         does not evict (an evicting profile is meant to be asked beyond its window)."""
-        if profile.residency.policy != "none":
+        if profile.residency.evicts:
             return self.passkey_tokens
         return min(self.passkey_tokens, profile.n_ctx - ANSWER_TOKENS - 64)
 

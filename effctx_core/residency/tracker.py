@@ -42,7 +42,7 @@ class ResidencyTracker:
 
     @property
     def evicts(self) -> bool:
-        return self.config.policy != "none"
+        return self.config.evicts
 
     # ------------------------------------------------------------------ the tape
 

@@ -10,7 +10,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
 from effctx_core.contract import DecodeConfig, EffctxError, TurnResult
-from effctx_core.engine import BUDGET_POLICIES, NodeRestore
+from effctx_core.engine import NodeRestore
+from effctx_core.profiles import BUDGET_POLICIES
 from effctx_core.cells import list_cells
 from effctx_core.residency import OBSERVED
 from effctx_core.snapshots.tree import SnapshotTree
