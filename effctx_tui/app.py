@@ -118,8 +118,8 @@ class EffctxApp(ConsoleApp):
             token.check("model loading")
             reopen = bool(self.session_name) and self.session_name in SnapshotTree.list_sessions()
             if self.prefix_text is not None and reopen:
-                self.call_from_thread(self.notify, f"{self.prefix_name} not loaded: session {self.session_name} "
-                                      "is reopened with its own conversation", severity="warning")
+                self.notify(f"{self.prefix_name} not loaded: session {self.session_name} "
+                            "is reopened with its own conversation", severity="warning")  # thread-safe
             elif self.prefix_text is not None:
                 self._load_prefix(engine, token)
         except EffctxError as exc:

@@ -59,7 +59,7 @@ def range_label(start: int, end: int) -> str:
 @dataclass(frozen=True)
 class BudgetSteering:
     """What the screen may do to a live engine whose policy keeps to a budget. The calls
-    block (they park or recompute blocks), so the screen makes them in a worker."""
+    block (they park or recompute blocks), so the screen makes them on a thread of its own."""
 
     set_budget: Callable[[int], None]
     recompute_cold: Callable[[], int]
@@ -258,10 +258,10 @@ class ResidencyScreen(Screen):
             call()
         except EffctxError as exc:
             self._asked_budget = None
-            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            self.notify(str(exc), severity="error")  # notify is thread-safe
             return
         self.app.call_from_thread(self._steering.refresh)
-        self.app.call_from_thread(self.notify, done)
+        self.notify(done)
 
     def on_unmount(self) -> None:
         if self._steering_thread is not None:
