@@ -8,7 +8,12 @@ STAMP := $(VENV)/.effctx-installed
 # LLAVA is the multimodal helper library; effctx never uses it and it halves the
 # llama.cpp compile (measured 4m42s instead of 9m38s on 2 cores). pip caches the
 # built wheel, so a second set-up reinstalls it in seconds.
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+# AMX: -march=native turns on the AMX tile instructions wherever the CPU lists them, but
+# under some hypervisors they fault (ldtilecfg raises a general protection fault at the
+# first matrix multiply: every prefill segfaults). An explicit -mno-amx-* wins over
+# -march=native whatever the order; AVX-512 stays on. Models of effctx's size gain
+# nothing measurable from AMX.
+export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'
 
 .PHONY: run test setup model clean
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .cli_options import add_runtime_options, model_from_args, profile_from_args
+from .cli_options import COUNT, add_runtime_options, model_from_args, profile_from_args
 from .contract import EffctxError
 
 
@@ -15,9 +15,9 @@ def add_parsers(sub) -> None:
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     overhead = bench_sub.add_parser("overhead", help="engine throughput divided by a plain llama-cpp-python loop")
     add_runtime_options(overhead)
-    overhead.add_argument("--prompt-tokens", type=int, default=1024, metavar="N")
-    overhead.add_argument("--decode-tokens", type=int, default=64, metavar="N")
-    overhead.add_argument("--rounds", type=int, default=6, metavar="N")
+    overhead.add_argument("--prompt-tokens", type=COUNT, default=1024, metavar="N")
+    overhead.add_argument("--decode-tokens", type=COUNT, default=64, metavar="N")
+    overhead.add_argument("--rounds", type=COUNT, default=6, metavar="N")
     overhead.add_argument("--json", action="store_true")
 
     smoke = sub.add_parser("smoke", help="quality smokes")
@@ -26,22 +26,22 @@ def add_parsers(sub) -> None:
     add_runtime_options(passkey)
     passkey.add_argument("--lengths", default="512,2048,4000", metavar="N,N,…", help="prompt lengths in tokens")
     passkey.add_argument("--depths", default="0.1,0.5,0.9", metavar="D,D,…", help="needle depths, 0 (start) to 1 (end)")
-    passkey.add_argument("--seeds", type=int, default=1, metavar="N", help="keys per length and depth")
+    passkey.add_argument("--seeds", type=COUNT, default=1, metavar="N", help="keys per length and depth")
     passkey.add_argument("--json", action="store_true")
 
     cell = bench_sub.add_parser("cell", help="a cell's throughput with the passkey smoke beside it "
                                               "(the console's benchmark screen, headless)")
     add_runtime_options(cell)
     for option in ("--prompt-tokens", "--decode-tokens", "--rounds", "--passkey-tokens"):
-        cell.add_argument(option, type=int, metavar="N", help="(default: as in the console)")
+        cell.add_argument(option, type=COUNT, metavar="N", help="(default: as in the console)")
     cell.add_argument("--depths", metavar="D,D,…", help="passkey needle depths (default: as in the console)")
     cell.add_argument("--json", action="store_true")
 
     # Drawn with Textual, so effctx_tui's entry point runs it; listed here for --help.
     bench_sub.add_parser("residency", help="time a redraw of the residency view on a 128k-token tape")
     planner = bench_sub.add_parser("planner", help="time each residency policy on a long tape")
-    planner.add_argument("--tokens", type=int, default=1_000_000, metavar="N")
-    planner.add_argument("--block-size", type=int, default=32, metavar="N")
+    planner.add_argument("--tokens", type=COUNT, default=1_000_000, metavar="N")
+    planner.add_argument("--block-size", type=COUNT, default=32, metavar="N")
     planner.add_argument("--json", action="store_true")
 
 

@@ -15,6 +15,7 @@ from typing import Sequence
 from . import bench_cli, info_cli, run_cli
 from .cli_options import EXIT_BAD_INPUT, OneLineParser, stderr_progress
 from .contract import EffctxError
+from .user_files import os_reason
 from .sessions_cli import add_parser as add_sessions_parser
 from .sessions_cli import cmd_sessions
 from .snapshots_cli import add_parser as add_snapshots_parser
@@ -88,6 +89,12 @@ def run_command(argv: Sequence[str]) -> int:
         return COMMANDS[args.command](args)
     except EffctxError as exc:
         print(f"effctx: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        # The last guard of the one-line promise: a file or folder the command could
+        # not use that no check above named.
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"effctx: error: {os_reason(exc)}{where}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("effctx: interrupted", file=sys.stderr)

@@ -1,14 +1,19 @@
-"""What the headless commands share: one-line argument errors, the runtime options,
-progress on stderr and reading the user's text files."""
+"""What the headless commands and the console share: one-line argument errors, one
+validated number parser, the runtime and sampling options with their checks, progress on
+stderr and reading the user's text files."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from .contract import EffctxError
-from .profiles import DEFAULT_PROFILE_NAME, Profile, load_profile
+from .contract import DecodeConfig, EffctxError
+from .profiles import DEFAULT_PROFILE_NAME, Profile, default_threads, load_profile
+from .user_files import read_input_text
 
 EXIT_BAD_INPUT = 2
 
@@ -18,12 +23,56 @@ class OneLineParser(argparse.ArgumentParser):
         raise EffctxError(message)
 
 
+def number(kind: type = int, *, at_least: float | None = None, above: float | None = None,
+           at_most: float | None = None) -> Callable[[str], int | float]:
+    """An argparse `type=` that accepts only finite numbers inside the given bounds, so
+    that nan, inf, a negative count or a zero round count never reach the work."""
+    bounds = [f"at least {at_least:g}" if at_least is not None else None,
+              f"above {above:g}" if above is not None else None,
+              f"at most {at_most:g}" if at_most is not None else None]
+    wanted = " and ".join(b for b in bounds if b)
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+        ok = math.isfinite(value) and not (
+            (at_least is not None and value < at_least) or (above is not None and value <= above)
+            or (at_most is not None and value > at_most))
+        if not ok:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: it must be {wanted or 'a finite number'}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
+
+
+COUNT = number(int, at_least=1)  # rounds, tokens to generate or measure: zero measures nothing
+NON_NEGATIVE = number(int, at_least=0)
+
+
 def add_runtime_options(p: argparse.ArgumentParser) -> None:
     """The options every command that runs a model shares."""
     p.add_argument("--profile", metavar="NAME|PATH", help=f"a runtime profile (default: {DEFAULT_PROFILE_NAME})")
     p.add_argument("--model", metavar="PATH", help="a GGUF model file (default: the profile's, else the embedded Gemma 3 270M)")
-    p.add_argument("--n-ctx", type=int, metavar="N", help="context size in tokens (overrides the profile)")
-    p.add_argument("--threads", type=int, metavar="N", help="CPU threads (overrides the profile; 0 = all free cores)")
+    p.add_argument("--n-ctx", type=number(int, at_least=16), metavar="N", help="context size in tokens (overrides the profile)")
+    p.add_argument("--threads", type=NON_NEGATIVE, metavar="N", help="CPU threads (overrides the profile; 0 = all free cores)")
+
+
+def add_sampling_options(p: argparse.ArgumentParser, max_tokens: int) -> None:
+    """How a reply is sampled: shared by `run` and the console."""
+    p.add_argument("--max-tokens", type=NON_NEGATIVE, default=max_tokens, metavar="N",
+                   help=f"tokens per reply (default {max_tokens})")
+    p.add_argument("--temperature", type=number(float, at_least=0), default=0.0, metavar="T",
+                   help="0 is greedy (default)")
+    p.add_argument("--top-p", type=number(float, above=0, at_most=1), default=1.0, metavar="P",
+                   help="nucleus sampling, above 0 and at most 1 (default 1)")
+    p.add_argument("--seed", type=NON_NEGATIVE, metavar="N", help="sampling seed (default: random)")
+
+
+def decode_config_from_args(args: argparse.Namespace) -> DecodeConfig:
+    return DecodeConfig(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
 
 
 def profile_from_args(args: argparse.Namespace) -> Profile:
@@ -36,10 +85,63 @@ def profile_from_args(args: argparse.Namespace) -> Profile:
     return profile.with_changes(**changes) if changes else profile
 
 
+def runtime_warnings(profile: Profile) -> list[str]:
+    """What will run but badly: said once before the work starts."""
+    cores = default_threads()
+    if profile.threads > cores:
+        # llama.cpp spins every thread; more threads than cores measured 20x slower here.
+        return [f"{profile.threads} threads on {cores} free core{'s' if cores > 1 else ''}: llama.cpp's threads "
+                f"spin and wait for each other, which makes it many times slower (use --threads {cores} or 0)"]
+    return []
+
+
+def warn(messages: list[str]) -> None:
+    for message in messages:
+        print(f"effctx: warning: {message}", file=sys.stderr, flush=True)
+
+
+def check_model_arg(args: argparse.Namespace, profile: Profile) -> None:
+    """A model file the user named, checked before any work (the default model is
+    prepared later, with progress)."""
+    from .models import check_gguf_file
+
+    named = args.model or profile.model
+    if named is not None:
+        check_gguf_file(Path(named).expanduser())
+
+
 def model_from_args(args: argparse.Namespace, profile: Profile) -> Path:
     from .models import resolve_model
 
     return resolve_model(args.model or profile.model, progress=stderr_progress())
+
+
+def check_trace_arg(path: str | None) -> None:
+    if path is not None:
+        from .trace import check_trace_target
+
+        check_trace_target(Path(path))
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What `run`, the console and `serve` were given, checked before any model loads."""
+
+    profile: Profile
+    prefix_text: str | None
+    warnings: list[str]
+
+
+def check_run_inputs(args: argparse.Namespace, *traces: str | None) -> RunInputs:
+    """The one check of the options that `run`, the console and `serve` share: the
+    profile, a named model file, the trace targets, the prefix file; and what will run
+    badly (more threads than cores) as warnings."""
+    for trace in traces:
+        check_trace_arg(trace)
+    profile = profile_from_args(args)
+    check_model_arg(args, profile)
+    prefix_text = read_text_file(args.prefix_file, "prefix") if args.prefix_file else None
+    return RunInputs(profile, prefix_text, runtime_warnings(profile))
 
 
 def stderr_progress():
@@ -62,13 +164,4 @@ def stderr_progress():
 
 
 def read_text_file(path: str, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise EffctxError(f"{what} file not found: {path}") from None
-    except IsADirectoryError:
-        raise EffctxError(f"{what} file is a directory: {path}") from None
-    except UnicodeDecodeError:
-        raise EffctxError(f"{what} file is not UTF-8 text: {path}") from None
-    except OSError as exc:
-        raise EffctxError(f"cannot read {what} file {path}: {exc.strerror}") from None
+    return read_input_text(path, f"{what} file")

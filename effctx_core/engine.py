@@ -84,6 +84,7 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
         self._backend = get_backend(profile.backend)
         self._subscribers: list[Subscriber] = []
         self._trace = TraceWriter(Path(trace_path)) if trace_path else None
+        self._trace_error: str | None = None
         self._session: Session | None = None
         self._tape: list[int] = []
         self._prefix_cache = prefix_cache
@@ -111,8 +112,23 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
         event = event_type(**fields, t_ms=round((time.perf_counter() - self._t0) * 1000, 3))
         if self._trace is not None:
             self._trace(event)
+            self._check_trace()
         for subscriber in list(self._subscribers):
             subscriber(event)
+
+    def _check_trace(self) -> None:
+        """A trace that stopped being written is said once, to the subscribers (the
+        console shows it); the work goes on, and `trace_error` keeps the reason."""
+        if self._trace is not None and self._trace.error and self._trace_error is None:
+            self._trace_error = self._trace.error
+            event = ErrorRaised(error="TraceWriteError", message=self._trace_error,
+                                t_ms=round((time.perf_counter() - self._t0) * 1000, 3))
+            for subscriber in list(self._subscribers):
+                subscriber(event)
+
+    @property
+    def trace_error(self) -> str | None:
+        return self._trace_error
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -184,6 +200,7 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
                 self._session = None
             if self._trace is not None:
                 self._trace.close()
+                self._check_trace()
                 self._trace = None
 
     def reset(self) -> None:
@@ -234,6 +251,7 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
         turn = self._turns
         n_ctx = session.info.n_ctx
         cached = tracker.resident_tokens(self._tape)
+        asked_tokens = config.max_tokens
         if tracker.evicts:
             config = replace(config, slide=True, stop=())
         else:
@@ -263,7 +281,10 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
 
         pieces: list[str] = []
         generated: list[int] = []
-        stop_reason = "max_tokens" if config.max_tokens == 0 else "cancelled"
+        if config.max_tokens > 0:
+            stop_reason = "cancelled"
+        else:  # nothing to decode: asked for none, or the context has no room left
+            stop_reason = "n_ctx" if asked_tokens > 0 else "max_tokens"
         t_first = None
         text = ""
         cut = None

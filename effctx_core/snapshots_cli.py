@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from .capacity import format_bytes
+from .contract import EffctxError
 from .snapshots.codec import describe
 from .snapshots.store import Quarantined, SnapshotStore, StoreUsage
 
@@ -40,6 +41,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
     store = SnapshotStore(Path(args.dir).expanduser() if args.dir else None)
+    # A store that is not there is not an empty one: "0 ok" would be a false all-clear.
+    # Only the default store may be missing (nothing was cached yet).
+    if store.root.exists() and not store.root.is_dir():
+        raise EffctxError(f"the snapshot store {store.root} is a file, not a folder")
+    if args.dir and not store.root.exists():
+        raise EffctxError(f"no snapshot store at {store.root} (the folder does not exist)")
     return _COMMANDS[args.snapshots_command](store, args)
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar, TextIO
 
-from .contract import TurnResult
+from .contract import EffctxError, TurnResult
+from .user_files import UserFileError, check_output_file, open_input, os_reason
 
 
 @dataclass(frozen=True)
@@ -198,19 +201,88 @@ class ErrorRaised(Event):
     message: str
 
 
+class TraceWriteError(EffctxError):
+    """The trace could not be written (the work itself went on)."""
+
+
+TRACE_HEAD = b'{"kind":"session_opened"'
+
+
+def check_trace_target(path: Path) -> Path:
+    """Refuse, before any work, a trace path that would lose data or cannot be written:
+    an existing file that is not an effctx trace (a prompt, a session file) is never
+    written over; an existing trace is replaced when the new one is complete."""
+    path = check_output_file(path, "trace file")
+    if not path.is_file():
+        return path  # a character device such as /dev/null
+    with open_input(path, "trace file") as f:
+        head = f.read(len(TRACE_HEAD))
+    if head and head != TRACE_HEAD:
+        raise UserFileError(f"{path} exists and is not an effctx trace: refusing to write over it")
+    return path
+
+
 class TraceWriter:
-    """Appends one JSON object per event; flushed per line so a crash loses at most one."""
+    """One JSON object per event, flushed per line so a crash loses at most one.
+
+    A new file is written in place. An existing trace is replaced only by a complete
+    one: the new events go to a hidden temp file beside it, renamed over it on close (a
+    crash leaves them in `.NAME.*.tmp` and the old trace as it was). A device
+    (/dev/null) is written directly.
+    A failed write (a full disk) stops the trace, not the work: `error` says why.
+    """
 
     def __init__(self, path: Path):
-        self._file: TextIO = Path(path).open("a", encoding="utf-8")
+        self.path = check_trace_target(Path(path))
+        self.error: str | None = None
+        self._tmp: Path | None = None
+        try:
+            if self.path.is_file():
+                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+                self._tmp = Path(tmp)
+                self._file: TextIO | None = os.fdopen(fd, "w", encoding="utf-8")
+            else:
+                self._file = self.path.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise TraceWriteError(f"cannot write trace file {self.path}: {os_reason(exc)}") from None
         self._lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
         line = event.to_json()
         with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
+            if self._file is None:
+                return
+            try:
+                self._file.write(line + "\n")
+                self._file.flush()
+            except OSError as exc:
+                self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        self.error = f"trace file {self.path} not written: {os_reason(exc)}"
+        self._drop()
+
+    def _drop(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.close()
+            except OSError:
+                pass
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            if self._file is None:
+                return
+            try:
+                if self._tmp is not None:
+                    os.fsync(self._file.fileno())
+                self._file.close()
+                self._file = None
+                if self._tmp is not None:
+                    os.replace(self._tmp, self.path)
+                    self._tmp = None
+            except OSError as exc:
+                self._fail(exc)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .contract import EffctxError, TurnResult
 from .trace import Event
+from .user_files import UserFileError, read_input_bytes
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
 
@@ -55,11 +56,9 @@ def _event(data: dict, where: str) -> Event:
 def read_trace(path: str | Path) -> Trace:
     path = Path(path)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceError(f"trace file not found: {path}") from None
-    except OSError as exc:
-        raise TraceError(f"cannot read trace file {path}: {exc.strerror}") from None
+        raw = read_input_bytes(path, "trace file")
+    except UserFileError as exc:
+        raise TraceError(str(exc)) from None
     if not raw.strip():
         raise TraceError(f"{path}: the trace is empty")
     lines = raw.split(b"\n")

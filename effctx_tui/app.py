@@ -14,7 +14,7 @@ from effctx_core.engine import PrefillCancelled, SessionEngine
 from effctx_core.models import resolve_model
 from effctx_core.profiles import DEFAULT_PROFILE, Profile
 from effctx_core.snapshots import SnapshotStore
-from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.snapshots.tree_file import session_path
 from effctx_core.replay import ReplayEngine
 from effctx_core.trace import Event, ModelProgress
 from effctx_core.trace_reader import Trace
@@ -53,6 +53,7 @@ class EffctxApp(ConsoleApp):
         prefix_text: str | None = None,
         prefix_name: str = "prefix",
         prefix_cache: SnapshotStore | None | Literal["user-cache"] = USER_CACHE,
+        warnings: list[str] | None = None,
     ) -> None:
         super().__init__(theme=theme)
         self.model_arg = model
@@ -66,6 +67,7 @@ class EffctxApp(ConsoleApp):
         # The tree is saved under this name after every change, so a console can be
         # closed and reopened where it was (`effctx --session NAME`).
         self.session_name = session_name
+        self.warnings = list(warnings or [])  # said by main on stderr too, hidden once the console draws
         self.engine: SessionEngine | ReplayEngine | None = None
         self._loading: CancelToken | None = None  # set while the model is prepared and opened
         self.bench_plan = CellBenchPlan()  # what the benchmark screen runs
@@ -75,6 +77,8 @@ class EffctxApp(ConsoleApp):
 
     def on_mount(self) -> None:
         self.push_screen(self.session_screen)
+        for warning in self.warnings:
+            self.notify(warning, severity="warning", timeout=15)
         if self.player is not None:
             self.engine = self.player.engine  # the session screen starts the player once mounted
         else:
@@ -116,17 +120,21 @@ class EffctxApp(ConsoleApp):
             # llama.cpp's load cannot be stopped half way; a cancel during it closes the
             # engine right after, so a cancel always ends with no model open.
             token.check("model loading")
-            reopen = bool(self.session_name) and self.session_name in SnapshotTree.list_sessions()
+            # exists(), not the listing: anything at the session's path (a FIFO, a damaged
+            # file) is read and refused or quarantined, never silently saved over.
+            reopen = bool(self.session_name) and session_path(self.session_name).exists()
             if self.prefix_text is not None and reopen:
                 self.notify(f"{self.prefix_name} not loaded: session {self.session_name} "
                             "is reopened with its own conversation", severity="warning")  # thread-safe
             elif self.prefix_text is not None:
                 self._load_prefix(engine, token)
-        except EffctxError as exc:
+        except (EffctxError, OSError) as exc:
+            # Shown, never left to die in the worker (the console would wait on "Loading…").
             if engine is not None:
                 engine.close()
             self._loading = None
-            self.session_screen.post_message(EngineFailed(str(exc), cancelled=isinstance(exc, Cancelled)))
+            message = str(exc) if isinstance(exc, EffctxError) else f"{type(exc).__name__}: {exc}"
+            self.session_screen.post_message(EngineFailed(message, cancelled=isinstance(exc, Cancelled)))
             return
         self._loading = None
         self.engine = engine
@@ -135,7 +143,12 @@ class EffctxApp(ConsoleApp):
             try:
                 engine.load_session(self.session_name)
             except EffctxError as exc:
-                self.session_screen.post_message(EngineFailed(f"session {self.session_name} not reopened: {exc}"))
+                name = self.session_name
+                if session_path(name).exists():
+                    # Still there and unreadable (permissions, not a file): never save over it.
+                    exc = EffctxError(f"{exc}; this console does not save the session")
+                    self.session_name = None
+                self.session_screen.post_message(EngineFailed(f"session {name} not reopened: {exc}"))
 
     def _load_prefix(self, engine: SessionEngine, token: CancelToken) -> None:
         try:

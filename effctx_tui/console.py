@@ -15,6 +15,8 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
 
+from effctx_core.contract import EffctxError
+
 from .screens.help import HelpScreen, key_display
 from .settings import read_settings, write_setting
 from .themes import MUTED, load_themes
@@ -77,7 +79,7 @@ class ConsoleApp(App):
             return
         try:
             write_setting("theme", name)
-        except OSError as exc:
+        except (OSError, EffctxError) as exc:
             self.notify(f"Theme not remembered: {exc}", severity="warning")
 
     # ------------------------------------------------------------------ actions

@@ -8,12 +8,17 @@ through verbatim to `python -m effctx_tui.main`.
 from __future__ import annotations
 
 import argparse
+import errno
 import shlex
+import socket
 import sys
 from pathlib import Path
 
-from effctx_core.cli_options import EXIT_BAD_INPUT, OneLineParser, profile_from_args, read_text_file
+from effctx_core.cli_options import EXIT_BAD_INPUT, OneLineParser, number, warn
 from effctx_core.contract import EffctxError
+from effctx_core.user_files import os_reason
+
+from .options import check_console_options, console_parser
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -25,7 +30,7 @@ def _serve_parser(console: argparse.ArgumentParser) -> OneLineParser:
     # allow_abbrev is off so `--ho` never silently means `--host`.
     parser = OneLineParser(prog="effctx serve", parents=[console], add_help=False, allow_abbrev=False,
                      description="Serve the effctx console to a web browser (one console per browser tab).")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N", help=f"TCP port (default {DEFAULT_PORT})")
+    parser.add_argument("--port", type=number(int, at_least=1, at_most=65535), default=DEFAULT_PORT, metavar="N", help=f"TCP port (default {DEFAULT_PORT})")
     parser.add_argument("--host", default=None, metavar="ADDR",
                         help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
     parser.add_argument("--public-url", metavar="URL",
@@ -68,29 +73,43 @@ def _prepare_model(model: str | None) -> None:
     prepare_default_model()
 
 
-def serve(argv: list[str]) -> int:
-    from .main import _console_parser
+def _check_listen(host: str, port: int) -> None:
+    """Refuse an address that cannot be listened on before the model is prepared: a
+    name that does not resolve, a port in use or one that needs privileges."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise EffctxError(f"--host {host}: the name does not resolve ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        # as the server will bind: SO_REUSEADDR, so a port in TIME_WAIT is not "in use"
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            reason = "the port is in use" if exc.errno == errno.EADDRINUSE else os_reason(exc)
+            raise EffctxError(f"cannot listen on {_url_host(host)}:{port}: {reason}") from None
 
-    console = _console_parser()
+
+def serve(argv: list[str]) -> int:
+    from effctx_core.cli import COMMANDS
+
+    console = console_parser(list(COMMANDS))
     try:
         opts = _serve_parser(console).parse_args(argv)
-        profile = profile_from_args(opts)
-        if not 0 < opts.port < 65536:
-            raise EffctxError(f"--port {opts.port} is not a TCP port")
-        if opts.session:
-            from effctx_core.snapshots.tree_file import check_name
-
-            check_name(opts.session)
+        checked = check_console_options(opts)
+        host = opts.host or DEFAULT_HOST
+        _check_listen(host, opts.port)
         if opts.prefix_file:
-            read_text_file(opts.prefix_file, "prefix")  # refused here, not in every browser tab
             # absolute: the served consoles need not start in this directory
             opts.prefix_file = str(Path(opts.prefix_file).resolve())
-        _prepare_model(opts.model or profile.model)
+        if checked.replay is None:
+            _prepare_model(opts.model or checked.profile.model)
     except EffctxError as exc:
         print(f"effctx: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    warn(checked.warnings)
 
-    host = opts.host or DEFAULT_HOST
     if host not in _LOOPBACK:
         print(f"effctx serve: warning: listening on {host}: the console (and the files it can write) "
               "is reachable from the network, without a password", file=sys.stderr, flush=True)
@@ -100,5 +119,9 @@ def serve(argv: list[str]) -> int:
     public_url = opts.public_url or f"http://{_url_host(host)}:{opts.port}"
     server = Server(command, host=host, port=opts.port, title="effctx", public_url=public_url)
     print(f"effctx serve: open {public_url} in a browser (Ctrl+C stops)", flush=True)
-    server.serve()
+    try:
+        server.serve()
+    except OSError as exc:  # the port was taken between the check and the bind
+        print(f"effctx: error: cannot listen on {_url_host(host)}:{opts.port}: {os_reason(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return 0

@@ -14,6 +14,8 @@ from pathlib import Path
 import platformdirs
 
 from effctx_core.atomic import atomic_write_bytes
+from effctx_core.contract import EffctxError
+from effctx_core.user_files import os_reason, quarantine_file
 
 
 def settings_path() -> Path:
@@ -27,8 +29,15 @@ def read_settings() -> tuple[dict, str | None]:
         return tomllib.loads(path.read_text(encoding="utf-8")), None
     except FileNotFoundError:
         return {}, None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return {}, f"Settings file {path} ignored: {exc}"
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        # Moved aside, so that the next change writes a new file instead of over it.
+        try:
+            moved = quarantine_file(path)
+        except EffctxError as error:
+            return {}, f"Settings file {path} ignored: {exc} ({error})"
+        return {}, f"Settings file {path} was damaged ({exc}): moved to {moved}"
+    except OSError as exc:
+        return {}, f"Settings file {path} ignored: {os_reason(exc)}"
 
 
 def _toml_value(value: object) -> str:
@@ -47,7 +56,9 @@ def _toml_key(key: str) -> str:
 
 
 def write_setting(key: str, value: object) -> None:
-    settings, _ = read_settings()
+    settings, warning = read_settings()
+    if warning is not None and settings_path().exists():
+        raise EffctxError(f"{warning}: not written over")
     settings[key] = value
     scalars = {k: v for k, v in settings.items() if not isinstance(v, (dict, list))}
     text = "".join(f"{_toml_key(k)} = {_toml_value(v)}\n" for k, v in sorted(scalars.items()))

@@ -43,19 +43,29 @@ def fake_server(monkeypatch):
     return FakeServer.made
 
 
-def test_console_options_reach_the_served_console_and_loopback_is_the_default(fake_server, capsys):
-    argv = ["--port", "8123", "--model", "/models/x y.gguf", "--max-tokens", "7", "--no-checkpoints"]
+@pytest.fixture
+def gguf_files(tmp_path, monkeypatch):
+    """Files that pass the up-front model check (a GGUF magic), in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("m.gguf", "x y.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF" + bytes(60))
+    return tmp_path
+
+
+def test_console_options_reach_the_served_console_and_loopback_is_the_default(fake_server, capsys, gguf_files):
+    port = _free_port()
+    argv = ["--port", str(port), "--model", str(gguf_files / "x y.gguf"), "--max-tokens", "7", "--no-checkpoints"]
     assert serve_mod.serve(argv) == 0
     (server,) = fake_server
-    assert (server.host, server.port, server.public_url) == ("127.0.0.1", 8123, "http://127.0.0.1:8123")
-    assert server.command == (f"{sys.executable} -m effctx_tui.main --model '/models/x y.gguf' "
+    assert (server.host, server.port, server.public_url) == ("127.0.0.1", port, f"http://127.0.0.1:{port}")
+    assert server.command == (f"{sys.executable} -m effctx_tui.main --model '{gguf_files / 'x y.gguf'}' "
                               "--max-tokens 7 --no-checkpoints")
     out, err = capsys.readouterr()
-    assert "http://127.0.0.1:8123" in out and "warning" not in err
+    assert f"http://127.0.0.1:{port}" in out and "warning" not in err
 
 
-def test_another_address_only_when_asked_and_with_a_warning(fake_server, capsys):
-    assert serve_mod.serve(["--host", "0.0.0.0", "--model", "m.gguf"]) == 0
+def test_another_address_only_when_asked_and_with_a_warning(fake_server, capsys, gguf_files):
+    assert serve_mod.serve(["--host", "0.0.0.0", "--port", str(_free_port()), "--model", "m.gguf"]) == 0
     assert fake_server[0].host == "0.0.0.0"
     assert "reachable from the network" in capsys.readouterr().err
 
@@ -149,10 +159,9 @@ async def test_a_browser_shows_the_served_console(default_model, tmp_path):
     assert server.returncode == 0, output
 
 
-def test_a_prefix_file_is_checked_once_and_passed_on_as_an_absolute_path(fake_server, capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_a_prefix_file_is_checked_once_and_passed_on_as_an_absolute_path(fake_server, capsys, tmp_path, gguf_files):
     (tmp_path / "notes.txt").write_text("Notes.", encoding="utf-8")
     assert serve_mod.serve(["--model", "m.gguf", "--prefix-file", "missing.txt"]) == 2
     assert not fake_server and capsys.readouterr().err == "effctx: error: prefix file not found: missing.txt\n"
-    assert serve_mod.serve(["--model", "m.gguf", "--prefix-file", "notes.txt"]) == 0
+    assert serve_mod.serve(["--model", "m.gguf", "--port", str(_free_port()), "--prefix-file", "notes.txt"]) == 0
     assert fake_server[0].command.endswith(f"--prefix-file {tmp_path / 'notes.txt'}")

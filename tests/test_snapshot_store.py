@@ -478,13 +478,13 @@ def test_cli_verify_exits_1_when_it_quarantined_and_0_when_clean(cli_store, caps
     assert (data["checked"], data["ok"], data["quarantined"], data["clean"]) == (2, 2, [], True)
 
 
-def test_cli_on_a_store_that_does_not_exist_lists_nothing_and_creates_nothing(tmp_path, capsys, monkeypatch):
+def test_cli_on_a_store_folder_that_does_not_exist_is_an_error_and_creates_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv(BUDGET_ENV, "1MiB")
     root = tmp_path / "never"
-    assert cli("ls", "--dir", str(root)) == 0
-    assert cli("verify", "--dir", str(root)) == 0
-    assert cli("gc", "--dir", str(root)) == 0
-    assert capsys.readouterr().out.splitlines()[0] == f"no snapshots in {root}"
+    for command in ("ls", "verify", "gc"):
+        with pytest.raises(EffctxError) as caught:
+            cli(command, "--dir", str(root))
+        assert str(caught.value) == f"no snapshot store at {root} (the folder does not exist)"
     assert not root.exists()
 
 

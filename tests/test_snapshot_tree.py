@@ -54,10 +54,10 @@ def test_add_records_every_field():
     t = SnapshotTree()
     n = t.add(
         None, [7], "prefix", "abc", label="L", residency={"n_tokens": 1}, metrics={"ttft_ms": 2.5},
-        blob="k1", text="hello", created=42.0,
+        blob="1" * 64, text="hello", created=42.0,
     )
     assert (n.id, n.parent, n.label, n.created, n.kind, n.identity_digest) == ("n0", None, "L", 42.0, "prefix", "abc")
-    assert (n.residency, n.metrics, n.blob, n.text) == ({"n_tokens": 1}, {"ttft_ms": 2.5}, "k1", "hello")
+    assert (n.residency, n.metrics, n.blob, n.text) == ({"n_tokens": 1}, {"ttft_ms": 2.5}, "1" * 64, "hello")
 
 
 def test_add_makes_the_new_node_current():
@@ -317,22 +317,22 @@ def test_find_by_tape_with_blob_skips_nodes_without_state():
 
 def test_blobs_are_the_keys_of_live_nodes():
     t = SnapshotTree()
-    r = t.add(None, [1], "prefix", D, blob="k0").id
-    a = t.add(r, [2], "turn", D, blob="k1").id
-    t.add(a, [3], "turn", D, blob="k2")
-    t.add(r, [4], "turn", D, blob="k1")
+    r = t.add(None, [1], "prefix", D, blob="0" * 64).id
+    a = t.add(r, [2], "turn", D, blob="1" * 64).id
+    t.add(a, [3], "turn", D, blob="2" * 64)
+    t.add(r, [4], "turn", D, blob="1" * 64)
     t.add(r, [5], "turn", D)
-    assert t.blobs() == {"k0", "k1", "k2"}
+    assert t.blobs() == {"0" * 64, "1" * 64, "2" * 64}
 
 
 def test_blobs_after_delete_keep_keys_still_referenced_elsewhere():
     t = SnapshotTree()
-    r = t.add(None, [1], "prefix", D, blob="k0").id
-    a = t.add(r, [2], "turn", D, blob="k1").id
-    t.add(a, [3], "turn", D, blob="k2")
-    t.add(r, [4], "turn", D, blob="k1")
+    r = t.add(None, [1], "prefix", D, blob="0" * 64).id
+    a = t.add(r, [2], "turn", D, blob="1" * 64).id
+    t.add(a, [3], "turn", D, blob="2" * 64)
+    t.add(r, [4], "turn", D, blob="1" * 64)
     t.delete_subtree(a)
-    assert t.blobs() == {"k0", "k1"}
+    assert t.blobs() == {"0" * 64, "1" * 64}
 
 
 def test_set_blob_attaches_and_drops_state():
@@ -356,8 +356,10 @@ def rich_tree() -> SnapshotTree:
     t, (r, a, b) = chain()
     c = t.add(
         a, [2**31 - 1, 0, 262143], "turn", "other-digest", label="branch",
-        residency={"policy": "full", "evicted_ranges": [[0, 4]]},
-        metrics={"ttft_ms": 12.5, "reused": 3, "decode_tps": float("inf")}, blob="blob-c", text="hi → ✓",
+        residency={"policy": "streaming", "source": "observed", "n_tokens": 8, "sink_tokens": 0, "recent_tokens": 4,
+                   "hot_tokens": 0, "cold_tokens": 0, "evicted_tokens": 4, "resident_tokens": 4, "budget": 4,
+                   "over_budget": False, "evicted_ranges": [[0, 4]], "cold_ranges": []},
+        metrics={"ttft_ms": 12.5, "reused": 3, "decode_tps": float("inf")}, blob="c" * 64, text="hi → ✓",
     ).id
     t.add(r, [], "manual", D)
     t.delete_subtree(b)
@@ -409,7 +411,7 @@ def test_export_import_round_trip(tmp_path):
     t = rich_tree()
     t.export(tmp_path / "out" / "tree.json")
     u = SnapshotTree.import_(tmp_path / "out" / "tree.json")
-    assert (list(u), u.current, u.blobs()) == (list(t), t.current, {"blob-c"})
+    assert (list(u), u.current, u.blobs()) == (list(t), t.current, {"c" * 64})
 
 
 @pytest.mark.parametrize("name", ["", "../x", "a/b", "a\\b", ".hidden", "x" * 65, "a b", "é"])
@@ -466,14 +468,14 @@ def test_corrupt_session_file_raises_one_line_error_naming_file(tmp_path, case):
 
 
 def test_unreadable_session_file_raises_session_file_error(tmp_path):
-    with pytest.raises(SessionFileError, match="cannot read session file"):
+    with pytest.raises(SessionFileError, match="session file is a directory, not a file"):
         SnapshotTree.import_(tmp_path)  # a directory
 
 
 # ---------------------------------------------------------------------- random sequences
 
 TOKENS = st.lists(st.integers(0, 5), max_size=4)  # tiny alphabet: siblings often share tokens
-BLOBS = st.sampled_from([None, None, "k0", "k1", "k2", "k3", "k4"])  # keys shared across nodes
+BLOBS = st.sampled_from([None, None, "0" * 64, "1" * 64, "2" * 64, "3" * 64, "4" * 64])  # keys shared across nodes
 
 
 class TreeMachine(RuleBasedStateMachine):

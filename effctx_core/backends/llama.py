@@ -35,7 +35,7 @@ from ..contract import (
 from ..identity import RuntimeIdentity
 from ..profiles import KV_CACHE_TYPES, Profile
 from ..transcript import chat_format_for
-from .llama_runtime import Batch, LoadedModel, clear_llama_errors, llama_error_reason, load_model
+from .llama_runtime import Batch, DeferredInterrupt, LoadedModel, clear_llama_errors, llama_error_reason, load_model
 
 SEQ = 0
 _DECODE_NO_SLOT = 1
@@ -99,7 +99,12 @@ class LlamaSession:
         params.swa_full = profile.swa_full
         params.no_perf = True
         clear_llama_errors()
-        ctx = llama_cpp.llama_init_from_model(model.model, params)
+        with DeferredInterrupt() as deferred:
+            ctx = llama_cpp.llama_init_from_model(model.model, params)
+        if deferred.hit:
+            if ctx:
+                llama_cpp.llama_free(ctx)
+            raise KeyboardInterrupt
         if not ctx:
             raise EffctxError(
                 f"llama.cpp could not create a context for profile {profile.name!r}: "
@@ -447,10 +452,12 @@ class LlamaSession:
                     return
                 self._pending = [token]
                 room = self._n_ctx - len(self._resident)
-                if index == config.max_tokens - 1:
-                    stop = "max_tokens"
-                elif room <= 1 and not config.slide:
+                # The context filling is the truer reason when both hold: the engine
+                # shortens max_tokens to the room left, so it ends there too.
+                if room <= 1 and not config.slide:
                     stop = "n_ctx"
+                elif index == config.max_tokens - 1:
+                    stop = "max_tokens"
                 else:
                     stop = None
                 piece = text.feed(token) + (text.flush() if stop else "")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import signal
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -109,6 +110,48 @@ class StreamingDetokenizer:
         return self._utf8.decode(b"", final=True)
 
 
+class DeferredInterrupt:
+    """Ctrl+C while llama.cpp works inside one long call (a model load, a context
+    creation). Python runs its SIGINT handler in whichever Python code comes next, and
+    during those calls that is llama.cpp's log callback: a KeyboardInterrupt raised
+    there cannot cross the C frames, ctypes prints it as "Exception ignored" and the load
+    goes on. So inside this block (main thread only; other threads never see SIGINT) the
+    handler just records the interrupt: `hit` tells the load's progress callback to stop,
+    and the caller raises KeyboardInterrupt once the call is back in Python."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._previous: object = None
+
+    def __enter__(self) -> "DeferredInterrupt":
+        if threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._record)
+        return self
+
+    def _record(self, signum, frame) -> None:
+        self.hit = True
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def raise_if_hit(self) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+
+
+_loading = threading.local()
+
+
+@llama_cpp.llama_progress_callback
+def _load_progress(progress: float, user_data: ctypes.c_void_p) -> bool:
+    # False makes llama.cpp abort the load (it then returns NULL).
+    deferred = getattr(_loading, "deferred", None)
+    return not (deferred is not None and deferred.hit)
+
+
 _models: dict[tuple[str, int, int], LoadedModel] = {}
 _models_lock = threading.Lock()
 
@@ -126,8 +169,18 @@ def load_model(path: Path) -> LoadedModel:
             return loaded
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0
+        params.progress_callback = _load_progress
         clear_llama_errors()
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        with DeferredInterrupt() as deferred:
+            _loading.deferred = deferred
+            try:
+                model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+            finally:
+                _loading.deferred = None
+        if deferred.hit:
+            if model:
+                llama_cpp.llama_model_free(model)
+            raise KeyboardInterrupt
         if not model:
             reason = llama_error_reason("llama.cpp could not load it")
             raise ModelFileError(f"cannot load model {path} (corrupt or unsupported GGUF): {reason}")

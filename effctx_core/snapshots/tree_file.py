@@ -17,6 +17,7 @@ import base64
 import binascii
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -25,6 +26,7 @@ import numpy as np
 
 from .. import models
 from ..atomic import atomic_write_bytes
+from ..user_files import UserFileError, os_reason, quarantine_file, read_input_bytes
 from .tree import Node, SessionFileError, SessionNameError, SnapshotTree, SnapshotTreeError
 
 FORMAT = "effctx-session"
@@ -70,23 +72,35 @@ def save_tree(tree: SnapshotTree, name: str, directory: Path | None = None) -> P
 
 
 def load_tree(name: str, directory: Path | None = None) -> SnapshotTree:
+    """A saved session. One whose file is damaged is moved to `quarantine/` beside it
+    (the error says where), so that the next save writes a new file instead of over it."""
     path = session_path(name, directory)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise SessionFileError(f"no saved session {name!r} ({path})")
-    return read_tree_file(path)
+    try:
+        return decode_tree(_read(path))
+    except _Corrupt as e:
+        moved = quarantine_file(path)
+        raise SessionFileError(f"{path}: {e}; the file was moved to {moved}") from None
 
 
 def write_tree_file(tree: SnapshotTree, path: Path) -> None:
-    atomic_write_bytes(path, encode_tree(tree))
+    try:
+        atomic_write_bytes(path, encode_tree(tree))
+    except OSError as exc:
+        raise SessionFileError(f"cannot write session file {path}: {os_reason(exc)}") from None
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return read_input_bytes(path, "session file")
+    except UserFileError as e:
+        raise SessionFileError(str(e)) from None
 
 
 def read_tree_file(path: Path) -> SnapshotTree:
     try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise SessionFileError(f"{path}: cannot read session file ({e.strerror or e})") from None
-    try:
-        return decode_tree(data)
+        return decode_tree(_read(path))
     except _Corrupt as e:
         raise SessionFileError(f"{path}: {e}") from None
 
@@ -154,6 +168,32 @@ def _field(obj: dict, key: str, types: type | tuple[type, ...], where: str) -> A
     return value
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+# A node's residency is a ResidencyReport.to_dict(): the console draws it as it is.
+_RESIDENCY_COUNTS = ("n_tokens", "sink_tokens", "recent_tokens", "hot_tokens", "cold_tokens", "evicted_tokens",
+                     "resident_tokens")
+
+
+def _check_residency(residency: dict, where: str) -> None:
+    where = f"{where} residency"
+    _field(residency, "policy", str, where)
+    _field(residency, "source", str, where)
+    for key in _RESIDENCY_COUNTS:
+        if _field(residency, key, int, where) < 0:
+            raise _Corrupt(f"corrupt session file: {where} {key!r} is negative")
+    budget = _field(residency, "budget", (int, type(None)), where)
+    if budget is not None and budget < 0:
+        raise _Corrupt(f"corrupt session file: {where} 'budget' is negative")
+    _field(residency, "over_budget", bool, where)
+    for key in ("evicted_ranges", "cold_ranges"):
+        for item in _field(residency, key, list, where):
+            ok = (isinstance(item, list) and len(item) == 2
+                  and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in item)
+                  and item[0] <= item[1])
+            if not ok:
+                raise _Corrupt(f"corrupt session file: {where} {key!r} holds {item!r}, not a [start, end] range")
+
+
 def decode_tree(data: bytes) -> SnapshotTree:
     try:
         doc = json.loads(data.decode("utf-8"))
@@ -186,8 +226,12 @@ def decode_tree(data: bytes) -> SnapshotTree:
         if not node_id or not kind:
             raise _Corrupt(f"corrupt session file: {where} has an empty id or kind")
         blob = _field(raw, "blob", (str, type(None)), where)
-        if blob == "":
-            raise _Corrupt(f"corrupt session file: {where} has an empty blob key")
+        if blob is not None and not _HEX64.fullmatch(blob):
+            raise _Corrupt(f"corrupt session file: {where} has a blob key that is not a snapshot key ({blob[:80]!r})")
+        identity = _field(raw, "identity", str, where)
+        residency = _field(raw, "residency", (dict, type(None)), where)
+        if residency is not None:
+            _check_residency(residency, where)
         nodes.append(
             Node(
                 id=node_id,
@@ -196,8 +240,8 @@ def decode_tree(data: bytes) -> SnapshotTree:
                 created=float(created),
                 own_tokens=decode_tokens(_field(raw, "tokens", str, where)),
                 kind=kind,
-                identity_digest=_field(raw, "identity", str, where),
-                residency=_field(raw, "residency", (dict, type(None)), where),
+                identity_digest=identity,
+                residency=residency,
                 metrics=_field(raw, "metrics", (dict, type(None)), where),
                 blob=blob,
                 text=_field(raw, "text", (str, type(None)), where),

@@ -67,6 +67,9 @@ def path_turns(tree: SnapshotTree, node_id: str) -> list[tuple[str, str]]:
             turns.append((user, reply))
     return turns
 
+# What the transcript says after a reply that did not end by itself (None: nothing).
+_STOP_NOTES: dict[str, str | None] = {"stop": None, "eog": None, "n_ctx": "context full", "max_tokens": "max tokens"}
+
 
 class SessionScreen(Screen):
     BINDINGS = [
@@ -346,7 +349,7 @@ class SessionScreen(Screen):
         elif isinstance(event, TurnFinished):
             result = self.last_result = event.result
             self._resident = result.resident
-            note = None if result.stop_reason in ("stop", "eog") else result.stop_reason.replace("_", " ")
+            note = _STOP_NOTES.get(result.stop_reason, result.stop_reason.replace("_", " "))
             transcript.finish_reply(result.text, note)
             status.show_turn(result)
             if self._player is not None:

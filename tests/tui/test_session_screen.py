@@ -168,8 +168,9 @@ async def test_escape_cancels_the_model_preparation_and_ctrl_l_loads_it_again(de
         while str(label.render()) != "assembling default model":
             await asyncio.sleep(0.005)
         app.post_message(events.Key("escape", None))
-        await wait_for(pilot, lambda: not app.loading)
-        assert status_text(screen) == "model preparation cancelled: Ctrl+L loads the model"
+        # the worker stops loading, then posts the failure: wait for what the user sees
+        await wait_for(pilot, lambda: status_text(screen) == "model preparation cancelled: Ctrl+L loads the model")
+        assert not app.loading
         assert not screen.ready and app.engine is None
         assert [p for p in (tmp_path / "data").rglob("*") if p.is_file()] == []
         await pilot.press("ctrl+l")

@@ -1,0 +1,87 @@
+"""The console's options: one parser, and one check that the console and `effctx serve`
+both run before anything starts (serve must refuse bad input once, up front, not in
+every browser tab). The options they share with `effctx run` go through the same check
+as `run` (`check_run_inputs`)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from importlib import resources
+
+from effctx_core.cli_options import COUNT, OneLineParser, add_runtime_options, check_run_inputs, number
+from effctx_core.contract import EffctxError
+from effctx_core.profiles import Profile
+from effctx_core.snapshots.tree_file import check_name
+from effctx_core.trace_reader import Trace
+
+MAX_SPEED = 64
+
+
+def demo_names() -> list[str]:
+    root = resources.files("effctx_tui") / "demos"
+    return sorted(p.name[: -len(".jsonl")] for p in root.iterdir() if p.name.endswith(".jsonl"))
+
+
+def console_parser(commands: list[str]) -> OneLineParser:
+    others = ", ".join([*commands, "serve"])
+    parser = OneLineParser(prog="effctx", description=f"Open the effctx console. Other commands: {others} (effctx COMMAND --help).")
+    add_runtime_options(parser)
+    parser.add_argument("--max-tokens", type=COUNT, default=128, metavar="N", help="tokens per reply (default 128)")
+    parser.add_argument("--trace", metavar="FILE", help="write the engine's events as JSON Lines")
+    parser.add_argument("--record", metavar="FILE", help="record the session's events (the same as --trace)")
+    parser.add_argument("--replay", metavar="FILE", help="play a recorded trace in the console, with no model")
+    parser.add_argument("--demo", metavar="NAME", help=f"play a shipped demo trace ({', '.join(demo_names())})")
+    parser.add_argument("--speed", type=number(float, above=0, at_most=MAX_SPEED), default=1.0, metavar="X",
+                        help=f"replay speed, above 0 and at most {MAX_SPEED} (default 1)")
+    parser.add_argument("--session", metavar="NAME",
+                        help="reopen (or start) the saved session NAME; it is saved after every change "
+                             "(default: a new session named by the date and time)")
+    parser.add_argument("--no-checkpoints", action="store_true",
+                        help="save no snapshot states (restoring a snapshot then recomputes it)")
+    parser.add_argument("--prefix-file", metavar="FILE",
+                        help="a system prompt or document made resident before the first turn; its state is "
+                             "kept in the prefix cache, so the next console with the same file and cell restores it")
+    parser.add_argument("--no-prefix-cache", action="store_true", help="prefill the prefix without the prefix cache")
+    return parser
+
+
+@dataclass(frozen=True)
+class ConsoleOptions:
+    profile: Profile
+    replay: Trace | None  # a recorded trace to play instead of a model
+    prefix_text: str | None
+    warnings: list[str]  # said before the console opens and again inside it
+
+    @property
+    def notes(self) -> list[str]:
+        return [self.replay.note] if self.replay is not None and self.replay.note else []
+
+
+def _replay_trace(opts: argparse.Namespace) -> Trace | None:
+    from effctx_core.trace_reader import read_trace
+
+    if opts.replay and opts.demo:
+        raise EffctxError("--replay and --demo both name a trace: give one")
+    if opts.demo:
+        if opts.demo not in demo_names():
+            raise EffctxError(f"unknown demo {opts.demo!r} (available: {', '.join(demo_names())})")
+        with resources.as_file(resources.files("effctx_tui") / "demos" / f"{opts.demo}.jsonl") as path:
+            return read_trace(path)
+    return read_trace(opts.replay) if opts.replay else None
+
+
+def check_console_options(opts: argparse.Namespace) -> ConsoleOptions:
+    """Every console option checked, or an EffctxError with the one line to print."""
+    if opts.trace and opts.record:
+        raise EffctxError("--trace and --record both name the trace file: give one")
+    if opts.session:
+        check_name(opts.session)
+    inputs = check_run_inputs(opts, opts.trace or opts.record)
+    replay = _replay_trace(opts)
+    if replay is not None:
+        if inputs.prefix_text is not None:
+            raise EffctxError("--prefix-file needs a model: a replay plays its recorded prefix")
+        if opts.trace or opts.record:
+            raise EffctxError("--trace records a model's session: a replay has none to record")
+    return ConsoleOptions(inputs.profile, replay, inputs.prefix_text, inputs.warnings)
