@@ -109,20 +109,22 @@ class SessionEngine(CellSwapping, TreeOperations, PrefixLoading):
         return lambda: self._subscribers.remove(subscriber)
 
     def _emit(self, event_type: type[Event], **fields) -> None:
-        event = event_type(**fields, t_ms=round((time.perf_counter() - self._t0) * 1000, 3))
+        event = event_type(**fields, t_ms=self._elapsed_ms())
         if self._trace is not None:
             self._trace(event)
             self._check_trace()
         for subscriber in list(self._subscribers):
             subscriber(event)
 
+    def _elapsed_ms(self) -> float:
+        return round((time.perf_counter() - self._t0) * 1000, 3)
+
     def _check_trace(self) -> None:
         """A trace that stopped being written is said once, to the subscribers (the
         console shows it); the work goes on, and `trace_error` keeps the reason."""
         if self._trace is not None and self._trace.error and self._trace_error is None:
             self._trace_error = self._trace.error
-            event = ErrorRaised(error="TraceWriteError", message=self._trace_error,
-                                t_ms=round((time.perf_counter() - self._t0) * 1000, 3))
+            event = ErrorRaised(error="TraceWriteError", message=self._trace_error, t_ms=self._elapsed_ms())
             for subscriber in list(self._subscribers):
                 subscriber(event)
 

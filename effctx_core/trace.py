@@ -260,9 +260,6 @@ class TraceWriter:
 
     def _fail(self, exc: OSError) -> None:
         self.error = f"trace file {self.path} not written: {os_reason(exc)}"
-        self._drop()
-
-    def _drop(self) -> None:
         file, self._file = self._file, None
         if file is not None:
             try:

@@ -137,10 +137,6 @@ class DeferredInterrupt:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
 
-    def raise_if_hit(self) -> None:
-        if self.hit:
-            raise KeyboardInterrupt
-
 
 _loading = threading.local()
 

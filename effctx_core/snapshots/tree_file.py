@@ -27,6 +27,7 @@ import numpy as np
 from .. import models
 from ..atomic import atomic_write_bytes
 from ..user_files import UserFileError, os_reason, quarantine_file, read_input_bytes
+from .blobfile import is_digest
 from .tree import Node, SessionFileError, SessionNameError, SnapshotTree, SnapshotTreeError
 
 FORMAT = "effctx-session"
@@ -168,7 +169,6 @@ def _field(obj: dict, key: str, types: type | tuple[type, ...], where: str) -> A
     return value
 
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 # A node's residency is a ResidencyReport.to_dict(): the console draws it as it is.
 _RESIDENCY_COUNTS = ("n_tokens", "sink_tokens", "recent_tokens", "hot_tokens", "cold_tokens", "evicted_tokens",
                      "resident_tokens")
@@ -226,7 +226,7 @@ def decode_tree(data: bytes) -> SnapshotTree:
         if not node_id or not kind:
             raise _Corrupt(f"corrupt session file: {where} has an empty id or kind")
         blob = _field(raw, "blob", (str, type(None)), where)
-        if blob is not None and not _HEX64.fullmatch(blob):
+        if blob is not None and not is_digest(blob):
             raise _Corrupt(f"corrupt session file: {where} has a blob key that is not a snapshot key ({blob[:80]!r})")
         identity = _field(raw, "identity", str, where)
         residency = _field(raw, "residency", (dict, type(None)), where)
