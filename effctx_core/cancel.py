@@ -11,11 +11,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from .contract import EffctxError
-
-
-class Cancelled(EffctxError):
-    """Long work stopped at a safe point because it was asked to."""
+from effctx_core.errors import Cancelled
 
 
 class CancelToken:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .contract import EffctxError, ModelFacts
+from effctx_core.errors import EffctxError
+from effctx_core.contract import ModelFacts
 
 # (elements per block, bytes per block), from ggml's type traits.
 CACHE_TYPE_BLOCKS: dict[str, tuple[int, int]] = {

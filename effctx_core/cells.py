@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .backends.registry import BACKENDS, get_backend
-from .contract import EffctxError, ModelInfo
-from .profiles import Profile, available_profiles, load_profile
+from effctx_core.backends.registry import BACKENDS, get_backend
+from effctx_core.errors import EffctxError
+from effctx_core.contract import ModelInfo
+from effctx_core.profiles import Profile, available_profiles, load_profile
 
 # Backends the design names that this build does not ship yet.
 PLANNED_BACKENDS = {"openvino": "openvino-genai is not part of this build yet"}

@@ -1,4 +1,4 @@
-"""The backend-neutral session contract: protocols, status records and typed errors.
+"""The backend-neutral session contract: protocols and the records they pass; the errors are in errors.py.
 
 Every backend implements `Backend` and `Session`; the engine, the CLI and the console
 only ever see these types.
@@ -9,51 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
 
-from .identity import RuntimeIdentity
+from effctx_core.identity import RuntimeIdentity
 
 if TYPE_CHECKING:
-    from .profiles import Profile
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class EffctxError(Exception):
-    """An error a user can act on; its message is one line."""
-
-
-class ModelFileError(EffctxError):
-    """The model file is missing, empty, not a GGUF file or unreadable."""
-
-
-class ContextOverflowError(EffctxError):
-    def __init__(self, stage: str, resident: int, additional: int, n_ctx: int):
-        self.stage = stage
-        self.resident = resident
-        self.additional = additional
-        self.n_ctx = n_ctx
-        super().__init__(
-            f"context overflow in {stage}: {resident} resident + {additional} new tokens "
-            f"> n_ctx {n_ctx}"
-        )
-
-
-class SessionFatalError(EffctxError):
-    """The backend state can no longer be trusted; the session must be reopened."""
-
-
-class IdentityMismatchError(EffctxError):
-    def __init__(self, expected: RuntimeIdentity, got: RuntimeIdentity):
-        self.expected = expected
-        self.got = got
-        diff = ", ".join(
-            f"{name} {mine!r} != {theirs!r}" for name, mine, theirs in expected.differences(got)
-        )
-        super().__init__(f"snapshot belongs to another runtime identity ({diff})")
-
-
-class UnsupportedFeatureError(EffctxError):
-    pass
+    from effctx_core.profiles import Profile
 
 
 # --------------------------------------------------------------------------- records

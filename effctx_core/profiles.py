@@ -14,8 +14,8 @@ from pathlib import Path
 
 import platformdirs
 
-from .capacity import PLAIN_V_TYPES
-from .contract import EffctxError
+from effctx_core.capacity import PLAIN_V_TYPES
+from effctx_core.errors import EffctxError
 
 # ggml type ids of the cache element types llama.cpp accepts for K and V.
 KV_CACHE_TYPES: dict[str, int] = {

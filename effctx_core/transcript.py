@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .contract import ModelFacts
+from effctx_core.contract import ModelFacts
 
 
 @dataclass(frozen=True)

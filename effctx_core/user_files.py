@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from .contract import EffctxError
+from effctx_core.errors import EffctxError
 
 # Output targets that are not regular files but are fine to write to (/dev/null, a tty).
 _WRITABLE_DEVICES = (stat.S_ISCHR,)

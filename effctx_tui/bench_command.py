@@ -8,8 +8,8 @@ import json
 import sys
 from typing import Callable, Iterable
 
-from effctx_core.cli_options import EXIT_BAD_INPUT, OneLineParser
-from effctx_core.contract import EffctxError
+from effctx_core.cli.options import EXIT_BAD_INPUT, OneLineParser
+from effctx_core.errors import EffctxError
 
 
 def bench_command(

@@ -17,10 +17,10 @@ import asyncio
 import statistics
 import time
 
-from effctx_core.cli_options import OneLineParser
-from effctx_core.contract import EffctxError
+from effctx_core.cli.options import OneLineParser
+from effctx_core.errors import EffctxError
 
-from .bench_command import bench_command
+from effctx_tui.bench_command import bench_command
 
 KEYS = "abcdefghijklmnopqrstuvwxyz0123"
 SPACING_S = 0.1
@@ -45,7 +45,7 @@ async def _measure(prompt_tokens: int) -> dict:
 
     from effctx_core.profiles import load_profile
 
-    from .app import EffctxApp
+    from effctx_tui.app import EffctxApp
 
     profile = load_profile(None).with_changes(n_ctx=max(10240, prompt_tokens + 2048))
     app = EffctxApp(profile=profile, max_tokens=1, checkpoints=None)

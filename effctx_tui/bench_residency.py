@@ -19,8 +19,8 @@ from typing import Callable, Iterator
 import numpy as np
 from textual.app import App, ComposeResult
 
-from effctx_core.cli_options import OneLineParser
-from effctx_core.contract import EffctxError
+from effctx_core.cli.options import OneLineParser
+from effctx_core.errors import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockTable, Segment
 from effctx_tui.bench_command import bench_command
 from effctx_tui.widgets.residency_strip import ResidencyStrip

@@ -15,12 +15,12 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
 
-from effctx_core.contract import EffctxError
+from effctx_core.errors import EffctxError
 
-from .screens.help import HelpScreen, key_display
-from .settings import read_settings, write_setting
-from .themes import MUTED, load_themes
-from .widgets.residency_palette import theme_variables
+from effctx_tui.screens.help import HelpScreen, key_display
+from effctx_tui.settings import read_settings, write_setting
+from effctx_tui.themes import MUTED, load_themes
+from effctx_tui.widgets.residency_palette import theme_variables
 
 DEFAULT_THEME = "effctx-dark"
 

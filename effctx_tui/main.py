@@ -7,25 +7,25 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from effctx_core.cli import COMMANDS, run_command
-from effctx_core.cli_options import EXIT_BAD_INPUT, warn
-from effctx_core.contract import EffctxError
+from effctx_core.cli.main import COMMANDS, run_command
+from effctx_core.cli.options import EXIT_BAD_INPUT, warn
+from effctx_core.errors import EffctxError
 
-from .options import check_console_options, console_parser
+from effctx_tui.options import check_console_options, console_parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:2] == ["bench", "residency"]:
-        from .bench_residency import main as bench_residency
+        from effctx_tui.bench_residency import main as bench_residency
 
         return bench_residency(args[2:])
     if args[:2] == ["bench", "keys"]:
-        from .bench_keys import main as bench_keys
+        from effctx_tui.bench_keys import main as bench_keys
 
         return bench_keys(args[2:])
     if args[:1] == ["serve"]:
-        from .serve import serve
+        from effctx_tui.serve import serve
 
         return serve(args[1:])
     if args and args[0] in COMMANDS:
@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warn(checked.warnings)
     for note in checked.notes:
         print(f"effctx: {note}", file=sys.stderr)
-    from .app import USER_CACHE, EffctxApp
+    from effctx_tui.app import USER_CACHE, EffctxApp
 
     if checked.replay is not None:
         app = EffctxApp(replay=checked.replay, replay_speed=opts.speed)

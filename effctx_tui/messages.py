@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from effctx_core.contract import ModelInfo
-from effctx_core.trace import Event
+from effctx_core.events.trace import Event
 
 
 class EngineEvent(Message):

@@ -9,11 +9,11 @@ import argparse
 from dataclasses import dataclass
 from importlib import resources
 
-from effctx_core.cli_options import COUNT, OneLineParser, add_runtime_options, check_run_inputs, number
-from effctx_core.contract import EffctxError
+from effctx_core.cli.options import COUNT, OneLineParser, add_runtime_options, check_run_inputs, number
+from effctx_core.errors import EffctxError
 from effctx_core.profiles import Profile
 from effctx_core.snapshots.tree_file import check_name
-from effctx_core.trace_reader import Trace
+from effctx_core.events.reader import Trace
 
 MAX_SPEED = 64
 
@@ -59,7 +59,7 @@ class ConsoleOptions:
 
 
 def _replay_trace(opts: argparse.Namespace) -> Trace | None:
-    from effctx_core.trace_reader import read_trace
+    from effctx_core.events.reader import read_trace
 
     if opts.replay and opts.demo:
         raise EffctxError("--replay and --demo both name a trace: give one")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from textual.app import App
 
-from effctx_core.replay import ReplayEngine
-from effctx_core.trace_reader import Trace
+from effctx_core.events.replay import ReplayEngine
+from effctx_core.events.reader import Trace
 
-from .messages import EngineEvent
+from effctx_tui.messages import EngineEvent
 
 TICK_SECONDS = 0.02
 # Waiting for a person to type is not worth watching: a longer gap plays as this one.

@@ -14,11 +14,11 @@ import socket
 import sys
 from pathlib import Path
 
-from effctx_core.cli_options import EXIT_BAD_INPUT, OneLineParser, number, warn
-from effctx_core.contract import EffctxError
+from effctx_core.cli.options import EXIT_BAD_INPUT, OneLineParser, number, warn
+from effctx_core.errors import EffctxError
 from effctx_core.user_files import os_reason
 
-from .options import check_console_options, console_parser
+from effctx_tui.options import check_console_options, console_parser
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -92,7 +92,7 @@ def _check_listen(host: str, port: int) -> None:
 
 
 def serve(argv: list[str]) -> int:
-    from effctx_core.cli import COMMANDS
+    from effctx_core.cli.main import COMMANDS
 
     console = console_parser(list(COMMANDS))
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 import platformdirs
 
 from effctx_core.atomic import atomic_write_bytes
-from effctx_core.contract import EffctxError
+from effctx_core.errors import EffctxError
 from effctx_core.user_files import os_reason, quarantine_file
 
 

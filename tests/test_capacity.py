@@ -11,8 +11,8 @@ from typing import NamedTuple
 import llama_cpp
 import pytest
 
-from effctx_core.backends import llama_runtime
-from effctx_core.backends.llama import LlamaBackend
+from effctx_core.backends.llama import runtime as llama_runtime
+from effctx_core.backends.llama.session import LlamaBackend
 from effctx_core.capacity import (
     CACHE_TYPE_BLOCKS,
     CELL_META_BYTES,
@@ -23,7 +23,8 @@ from effctx_core.capacity import (
     layer_profile_dict,
     parse_memory,
 )
-from effctx_core.contract import EffctxError, ModelFacts
+from effctx_core.errors import EffctxError
+from effctx_core.contract import ModelFacts
 from effctx_core.profiles import KV_CACHE_TYPES, Profile
 
 MiB, GiB = 1 << 20, 1 << 30

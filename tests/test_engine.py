@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from effctx_core.contract import ContextOverflowError, DecodeConfig
+from effctx_core.errors import ContextOverflowError
+from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.profiles import Profile
 

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from effctx_core.backends.llama import LlamaBackend
-from effctx_core.contract import (
-    ContextOverflowError,
-    DecodeConfig,
-    IdentityMismatchError,
-    SessionFatalError,
-    SessionSnapshot,
-)
+from effctx_core.backends.llama.session import LlamaBackend
+from effctx_core.errors import ContextOverflowError, IdentityMismatchError, SessionFatalError
+from effctx_core.contract import DecodeConfig, SessionSnapshot
 from effctx_core.profiles import Profile
 
 EXACT = Profile(name="exact-test", n_ctx=2048, flash_attn=False, swa_full=True)

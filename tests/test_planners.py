@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effctx_core.contract import UnsupportedFeatureError
+from effctx_core.errors import UnsupportedFeatureError
 from effctx_core.residency import BlockClass, BlockTable, Reason, ResidencyReport, Segment
 from effctx_core.residency.planners import (
     BudgetPlanner,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from effctx_core.bench.workloads import filler_text
-from effctx_core.contract import DecodeConfig, EffctxError, UnsupportedFeatureError
+from effctx_core.contract import DecodeConfig
+from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.engine import SessionEngine
 from effctx_core.profiles import ResidencyConfig, load_profile
 from effctx_core.residency import BlockClass

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effctx_core.cli_options import OneLineParser
-from effctx_core.contract import EffctxError, SessionSnapshot
+from effctx_core.cli.options import OneLineParser
+from effctx_core.errors import EffctxError
+from effctx_core.contract import SessionSnapshot
 from effctx_core.snapshots import (
     BUDGET_ENV, AmbiguousSnapshotIdError, SnapshotBudgetError, SnapshotError, SnapshotInUseError,
     SnapshotNotFoundError, SnapshotStore, SnapshotStoreError, decode, encode, key_for, load_snapshot,
@@ -26,7 +27,7 @@ from effctx_core.snapshots import (
 )
 from effctx_core.snapshots.blobfile import HEADER_BYTES
 from effctx_core.snapshots.budget import BUDGET_CAP, BUDGET_FLOOR, default_budget
-from effctx_core.snapshots_cli import add_parser, cmd_snapshots
+from effctx_core.cli import snapshots as snapshots_command
 from identities import identity
 
 T0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
@@ -357,8 +358,8 @@ def test_a_damaged_refs_file_stops_eviction_until_verify_sets_it_aside(tmp_path)
 
 def cli(*argv: str) -> int:
     parser = OneLineParser(prog="effctx")
-    add_parser(parser.add_subparsers(dest="command"))
-    return cmd_snapshots(parser.parse_args(["snapshots", *argv]))
+    snapshots_command.add_parser(parser.add_subparsers(dest="command"))
+    return snapshots_command.run(parser.parse_args(["snapshots", *argv]))
 
 
 @pytest.fixture

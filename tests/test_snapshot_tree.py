@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from effctx_core import models
-from effctx_core.contract import EffctxError
+from effctx_core.errors import EffctxError
 from effctx_core.snapshots import tree as tree_mod
 from effctx_core.snapshots.tree import (
     SessionFileError,

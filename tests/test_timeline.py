@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from effctx_core.contract import TurnResult
-from effctx_core.timeline import (
+from effctx_core.events.timeline import (
     ALL_REUSED,
     CACHE_BEHIND,
     EDIT,
@@ -17,7 +17,7 @@ from effctx_core.timeline import (
     Timeline,
     TokenPoint,
 )
-from effctx_core.trace import (
+from effctx_core.events.trace import (
     NodeRestored,
     PrefillChunk,
     PrefixCacheLookup,

@@ -12,8 +12,8 @@ import pytest
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.profiles import load_profile
-from effctx_core.trace_export import to_perfetto
-from effctx_core.trace_reader import TraceError, read_trace
+from effctx_core.events.export import to_perfetto
+from effctx_core.events.reader import TraceError, read_trace
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 
@@ -93,7 +93,7 @@ def test_trace_export_on_the_command_line(recorded, tmp_path):
 
 
 def test_a_cancelled_swap_is_an_instant_on_the_engine_track():
-    from effctx_core.trace import SwapAbandoned
+    from effctx_core.events.trace import SwapAbandoned
 
     cancelled = SwapAbandoned(old_profile="exact", new_profile="q8", done=512, total=2503, tokens=2503, ms=812.5,
                               t_ms=1500.0)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from ..contract import Backend, EffctxError
+from effctx_core.contract import Backend
+from effctx_core.errors import EffctxError
 
 BACKENDS = ("llama",)
 
 
 def get_backend(name: str) -> Backend:
     if name == "llama":
-        from .llama import LlamaBackend
+        from effctx_core.backends.llama.session import LlamaBackend
 
         return LlamaBackend()
     raise EffctxError(f"unknown backend {name!r} (available: {', '.join(BACKENDS)})")

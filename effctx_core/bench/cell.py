@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..cancel import CancelToken
-from ..engine import SessionEngine
-from ..profiles import Profile
-from .overhead import OverheadReport, run_overhead
-from .smoke import ANSWER_TOKENS, PasskeyTrial, run_passkey
+from effctx_core.cancel import CancelToken
+from effctx_core.engine import SessionEngine
+from effctx_core.profiles import Profile
+from effctx_core.bench.overhead import OverheadReport, run_overhead
+from effctx_core.bench.smoke import ANSWER_TOKENS, PasskeyTrial, run_passkey
 
 ProgressFn = Callable[[str, int, int], None]  # message, steps done, steps
 

@@ -14,13 +14,14 @@ from typing import Callable
 
 import llama_cpp
 
-from ..backends.llama import LlamaSession
-from ..cancel import Cancelled, CancelToken
-from ..backends.llama_runtime import LoadedModel, load_model
-from ..contract import DecodeConfig
-from ..engine import SessionEngine
-from ..profiles import Profile
-from .workloads import filler_text
+from effctx_core.backends.llama.session import LlamaSession
+from effctx_core.errors import Cancelled
+from effctx_core.cancel import CancelToken
+from effctx_core.backends.llama.runtime import LoadedModel, load_model
+from effctx_core.contract import DecodeConfig
+from effctx_core.engine import SessionEngine
+from effctx_core.profiles import Profile
+from effctx_core.bench.workloads import filler_text
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,14 @@ import time
 
 import numpy as np
 
-from ..residency import BlockTable, Segment
-from ..residency.planners import BudgetPlanner, NonePlanner, PlannerCaps, ScoredPlanner, StreamingPlanner
+from effctx_core.residency import BlockTable, Segment
+from effctx_core.residency.planners import (
+    BudgetPlanner,
+    NonePlanner,
+    PlannerCaps,
+    ScoredPlanner,
+    StreamingPlanner,
+)
 
 
 def conversation_tape(n_tokens: int, block_size: int, seed: int = 0) -> BlockTable:

@@ -1,7 +1,7 @@
 """Residency: which blocks of the token tape the backend really holds, and why."""
 
-from .blocks import Block, BlockClass, BlockFlag, BlockTable, Reason, Segment
-from .report import MODELED, OBSERVED, ResidencyReport
+from effctx_core.residency.blocks import Block, BlockClass, BlockFlag, BlockTable, Reason, Segment
+from effctx_core.residency.report import MODELED, OBSERVED, ResidencyReport
 
 __all__ = [
     "Block", "BlockClass", "BlockFlag", "BlockTable", "Reason", "Segment",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .blocks import BlockClass, BlockTable
+from effctx_core.residency.blocks import BlockClass, BlockTable
 
 OBSERVED = "observed"  # an executor did it with the backend's primitives and knows
 MODELED = "modeled"  # derived from backend settings; the backend exposes no per-block facts

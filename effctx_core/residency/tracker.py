@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..profiles import ResidencyConfig
-from .blocks import BlockClass, BlockTable, Reason, Segment
-from .planners import PlannerCaps, planner_for
-from .report import OBSERVED, ResidencyReport
+from effctx_core.profiles import ResidencyConfig
+from effctx_core.residency.blocks import BlockClass, BlockTable, Reason, Segment
+from effctx_core.residency.planners import PlannerCaps, planner_for
+from effctx_core.residency.report import OBSERVED, ResidencyReport
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from typing import BinaryIO, Iterable, Sequence
 
 import numpy as np
 
-from .errors import SnapshotError
+from effctx_core.snapshots.errors import SnapshotError
 
 MAGIC = b"EFFCTXS1"
 FORMAT_VERSION = 1

@@ -7,8 +7,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..capacity import format_bytes, parse_memory
-from ..contract import EffctxError
+from effctx_core.capacity import format_bytes, parse_memory
+from effctx_core.errors import EffctxError
 
 BUDGET_ENV = "EFFCTX_SNAPSHOT_BUDGET"
 DISK_SHARE = 10  # percent of free disk

@@ -23,11 +23,11 @@ import struct
 
 import numpy as np
 
-from ..contract import SessionSnapshot
-from ..identity import RuntimeIdentity
-from .blobfile import token_bytes
-from .errors import CorruptSnapshotError
-from .store import EntryInfo, SnapshotStore
+from effctx_core.contract import SessionSnapshot
+from effctx_core.identity import RuntimeIdentity
+from effctx_core.snapshots.blobfile import token_bytes
+from effctx_core.snapshots.errors import CorruptSnapshotError
+from effctx_core.snapshots.store import EntryInfo, SnapshotStore
 
 CODEC_MAGIC = b"EFSS"
 CODEC_VERSION = 1

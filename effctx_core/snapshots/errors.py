@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..contract import EffctxError
+from effctx_core.errors import EffctxError
 
 
 class SnapshotError(EffctxError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .blobfile import BlobHeader, is_digest, key_from_hashes
+from effctx_core.snapshots.blobfile import BlobHeader, is_digest, key_from_hashes
 
 INDEX_FORMAT = 1
 REFS_FORMAT = 1

@@ -26,21 +26,46 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
 
-from ..atomic import atomic_write_bytes, fsync_dir
-from ..capacity import format_bytes
-from . import locking
-from .blobfile import (
-    BLOB_SUFFIX, HEADER_BYTES, BlobContents, BlobDamage, build_header, check_identity_digest,
-    encode_meta, is_digest, parse_header, prefix_hashes, read_blob, read_summary, token_bytes,
+from effctx_core.atomic import atomic_write_bytes, fsync_dir
+from effctx_core.capacity import format_bytes
+from effctx_core.snapshots import locking
+from effctx_core.snapshots.blobfile import (
+    BLOB_SUFFIX,
+    HEADER_BYTES,
+    BlobContents,
+    BlobDamage,
+    build_header,
+    check_identity_digest,
+    encode_meta,
+    is_digest,
+    key_for,
+    parse_header,
+    prefix_hashes,
+    read_blob,
+    read_summary,
+    token_bytes,
 )
-from .blobfile import key_for, token_hash  # noqa: F401  (re-exported: part of the store's API)
-from .budget import BUDGET_ENV, Budget, resolve_budget
-from .errors import (
-    AmbiguousSnapshotIdError, CorruptSnapshotError, ForeignSnapshotError, SnapshotBudgetError,
-    SnapshotError, SnapshotInUseError, SnapshotNotFoundError, SnapshotStoreError,
+from effctx_core.snapshots.budget import BUDGET_ENV, Budget, resolve_budget
+from effctx_core.snapshots.errors import (
+    AmbiguousSnapshotIdError,
+    CorruptSnapshotError,
+    ForeignSnapshotError,
+    SnapshotBudgetError,
+    SnapshotError,
+    SnapshotInUseError,
+    SnapshotNotFoundError,
+    SnapshotStoreError,
 )
-from .index import IndexData, make_record, owners_by_key, refs_from_bytes, refs_to_bytes
-from .records import EntryInfo, GcReport, Peek, Quarantined, Stored, StoreUsage, VerifyReport
+from effctx_core.snapshots.index import IndexData, make_record, owners_by_key, refs_from_bytes, refs_to_bytes
+from effctx_core.snapshots.records import (
+    EntryInfo,
+    GcReport,
+    Peek,
+    Quarantined,
+    Stored,
+    StoreUsage,
+    VerifyReport,
+)
 
 TEMP_GRACE_SECONDS = 60.0
 QUARANTINE_KEEP_DAYS = 7.0
@@ -60,7 +85,7 @@ class SnapshotStore:
     def __init__(self, root: Path | None = None, budget_bytes: int | None = None,
                  *, clock: Callable[[], float] = time.time):
         if root is None:
-            from ..models import cache_dir
+            from effctx_core.models import cache_dir
 
             root = cache_dir() / "snapshots"
         self.root = Path(root)

@@ -18,7 +18,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from ..contract import EffctxError
+from effctx_core.errors import EffctxError
 
 # How many materialised tapes to keep. Tapes of a long conversation grow linearly, so
 # caching every node's tape would cost memory quadratic in its length; the engine only
@@ -386,7 +386,7 @@ class SnapshotTree:
 
     def save(self, name: str, directory: Path | None = None) -> Path:
         """Write the tree as session `name` (data_dir()/sessions/NAME.json by default)."""
-        from .tree_file import save_tree
+        from effctx_core.snapshots.tree_file import save_tree
 
         path = save_tree(self, name, directory)
         self.name = name
@@ -395,13 +395,13 @@ class SnapshotTree:
     @staticmethod
     def list_sessions(directory: Path | None = None) -> list[str]:
         """Names of the saved sessions, sorted."""
-        from .tree_file import list_sessions
+        from effctx_core.snapshots.tree_file import list_sessions
 
         return list_sessions(directory)
 
     @classmethod
     def load(cls, name: str, directory: Path | None = None) -> "SnapshotTree":
-        from .tree_file import load_tree
+        from effctx_core.snapshots.tree_file import load_tree
 
         tree = load_tree(name, directory)
         tree.name = name
@@ -412,14 +412,14 @@ class SnapshotTree:
         NOT included: only their store keys are, so the states stay in the snapshot store
         of this machine and an imported tree elsewhere has tapes, text and metrics but
         nothing to restore until the states are copied too."""
-        from .tree_file import write_tree_file
+        from effctx_core.snapshots.tree_file import write_tree_file
 
         write_tree_file(self, Path(path))
 
     @classmethod
     def import_(cls, path: Path) -> "SnapshotTree":
         """Read a file written by export() (or save()); see export() about blobs."""
-        from .tree_file import read_tree_file
+        from effctx_core.snapshots.tree_file import read_tree_file
 
         return read_tree_file(Path(path))
 

@@ -24,11 +24,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import models
-from ..atomic import atomic_write_bytes
-from ..user_files import UserFileError, os_reason, quarantine_file, read_input_bytes
-from .blobfile import is_digest
-from .tree import Node, SessionFileError, SessionNameError, SnapshotTree, SnapshotTreeError
+from effctx_core import models
+from effctx_core.atomic import atomic_write_bytes
+from effctx_core.user_files import UserFileError, os_reason, quarantine_file, read_input_bytes
+from effctx_core.snapshots.blobfile import is_digest
+from effctx_core.snapshots.tree import (
+    Node,
+    SessionFileError,
+    SessionNameError,
+    SnapshotTree,
+    SnapshotTreeError,
+)
 
 FORMAT = "effctx-session"
 VERSION = 1

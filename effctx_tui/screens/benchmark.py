@@ -16,8 +16,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 
 from effctx_core.bench.cell import CellBenchPlan, CellBenchReport, run_cell_bench
-from effctx_core.cancel import Cancelled, CancelToken
-from effctx_core.contract import EffctxError
+from effctx_core.errors import Cancelled
+from effctx_core.cancel import CancelToken
+from effctx_core.errors import EffctxError
 from effctx_core.profiles import Profile
 
 

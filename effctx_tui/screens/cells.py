@@ -13,9 +13,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
-from effctx_core.cancel import Cancelled
+from effctx_core.errors import Cancelled
 from effctx_core.cells import Cell
-from effctx_core.contract import EffctxError
+from effctx_core.errors import EffctxError
 from effctx_core.engine import SwapResult
 
 COLUMNS = ("backend", "profile", "n_ctx", "K/V", "FA", "swa_full", "policy", "shift", "exact replay", "status")

@@ -66,7 +66,7 @@ def _title(cls: type) -> str:
 
 
 def screen_classes() -> list[type[Screen]]:
-    from .. import screens
+    from effctx_tui import screens
 
     found: list[type[Screen]] = []
     for info in pkgutil.iter_modules(screens.__path__):
@@ -80,8 +80,8 @@ def screen_classes() -> list[type[Screen]]:
 
 
 def hosted_widgets() -> dict[str, list[type]]:
-    from ..widgets.residency_view import ResidencyView
-    from ..widgets.snapshot_tree import SnapshotTreeView
+    from effctx_tui.widgets.residency_view import ResidencyView
+    from effctx_tui.widgets.snapshot_tree import SnapshotTreeView
 
     return {"ResidencyScreen": [ResidencyView], "SnapshotsScreen": [SnapshotTreeView]}
 

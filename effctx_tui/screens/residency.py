@@ -21,13 +21,13 @@ from textual.theme import Theme
 from textual.widgets import Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from effctx_core.contract import EffctxError
+from effctx_core.errors import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockTable
 from effctx_core.residency.report import MODELED, ResidencyReport
 
-from ..widgets.block_inspector import BlockInspector, token_span
-from ..widgets.residency_tape import Zoom
-from ..widgets.residency_view import ResidencyView
+from effctx_tui.widgets.block_inspector import BlockInspector, token_span
+from effctx_tui.widgets.residency_tape import Zoom
+from effctx_tui.widgets.residency_view import ResidencyView
 
 
 def legend_counts(report: ResidencyReport) -> list[tuple[BlockClass, int]]:

@@ -9,13 +9,14 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
-from effctx_core.contract import DecodeConfig, EffctxError, TurnResult
+from effctx_core.contract import DecodeConfig, TurnResult
+from effctx_core.errors import EffctxError
 from effctx_core.engine import NodeRestore
 from effctx_core.profiles import BUDGET_POLICIES
 from effctx_core.cells import list_cells
 from effctx_core.residency import OBSERVED
 from effctx_core.snapshots.tree import SnapshotTree
-from effctx_core.trace import (
+from effctx_core.events.trace import (
     CellSwapped,
     ErrorRaised,
     ModelProgress,
@@ -30,16 +31,16 @@ from effctx_core.trace import (
     TurnStarted,
 )
 
-from ..messages import EngineEvent, EngineFailed, EngineReady, TurnDone
-from ..widgets.residency_strip import ResidencyStrip
-from ..widgets.status_line import StatusLine
-from .residency import BudgetSteering, ResidencyScreen
-from .snapshots import BRANCH, SnapshotsScreen
-from .benchmark import BenchmarkScreen
-from .cells import CellsScreen
-from .timings import TimingsScreen, engine_timeline
-from ..widgets.snapshot_tree import restore_summary
-from ..widgets.transcript import Transcript
+from effctx_tui.messages import EngineEvent, EngineFailed, EngineReady, TurnDone
+from effctx_tui.widgets.residency_strip import ResidencyStrip
+from effctx_tui.widgets.status_line import StatusLine
+from effctx_tui.screens.residency import BudgetSteering, ResidencyScreen
+from effctx_tui.screens.snapshots import BRANCH, SnapshotsScreen
+from effctx_tui.screens.benchmark import BenchmarkScreen
+from effctx_tui.screens.cells import CellsScreen
+from effctx_tui.screens.timings import TimingsScreen, engine_timeline
+from effctx_tui.widgets.snapshot_tree import restore_summary
+from effctx_tui.widgets.transcript import Transcript
 
 # Prefills shorter than this finish before a progress bar would be readable.
 PROGRESS_MIN_TOKENS = 256

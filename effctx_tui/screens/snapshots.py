@@ -25,10 +25,10 @@ from textual.widgets import Footer, Header, Static, Tree
 from effctx_core.engine import NodeRestore
 from effctx_core.snapshots.tree import SnapshotTree
 
-from ..widgets.snapshot_details import SnapshotDetails
-from ..widgets.snapshot_tree import SnapshotTreeView, restore_summary
-from .snapshot_diff import DiffReport, DiffScreen, Detokenize, describe_diff
-from .snapshot_dialogs import ConfirmDialog, RenameDialog
+from effctx_tui.widgets.snapshot_details import SnapshotDetails
+from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, restore_summary
+from effctx_tui.screens.snapshot_diff import DiffReport, DiffScreen, Detokenize, describe_diff
+from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
 
 BRANCH = "branch"  # what the screen is dismissed with after a branch
 

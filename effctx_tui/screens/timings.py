@@ -19,9 +19,9 @@ from textual.containers import Grid, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from effctx_core.timeline import Explanation, Timeline
+from effctx_core.events.timeline import Explanation, Timeline
 
-from ..widgets.timing_charts import CHARTS, REUSED
+from effctx_tui.widgets.timing_charts import CHARTS, REUSED
 
 if TYPE_CHECKING:
     from effctx_core.engine import SessionEngine

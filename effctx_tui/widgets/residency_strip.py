@@ -14,8 +14,8 @@ from textual.widget import Widget
 
 from effctx_core.residency.blocks import BlockClass, BlockTable
 
-from .residency_palette import component_css, component_names
-from .residency_tape import squeeze_classes
+from effctx_tui.widgets.residency_palette import component_css, component_names
+from effctx_tui.widgets.residency_tape import squeeze_classes
 
 _PREFIX = "residency-strip"
 _CLASS_COMPONENTS = component_names(_PREFIX)

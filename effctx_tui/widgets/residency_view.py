@@ -25,8 +25,8 @@ from textual.strip import Strip
 
 from effctx_core.residency.blocks import Block, BlockClass, BlockTable
 
-from .residency_palette import component_css, component_names
-from .residency_tape import Zoom, cell_blocks, cell_count, cell_of_token
+from effctx_tui.widgets.residency_palette import component_css, component_names
+from effctx_tui.widgets.residency_tape import Zoom, cell_blocks, cell_count, cell_of_token
 
 _PREFIX = "residency-view"
 _CLASS_COMPONENTS = component_names(_PREFIX)

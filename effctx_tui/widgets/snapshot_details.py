@@ -10,8 +10,8 @@ from textual.widgets import Static
 from effctx_core.engine import NodeRestore
 from effctx_core.snapshots.tree import SnapshotTree
 
-from ..themes import MUTED
-from .snapshot_tree import restore_summary, state_size
+from effctx_tui.themes import MUTED
+from effctx_tui.widgets.snapshot_tree import restore_summary, state_size
 
 
 def node_details(tree: SnapshotTree, node_id: str, restore: NodeRestore | None) -> Content:

@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 from effctx_core.contract import TurnResult
 
-from ..themes import MUTED
+from effctx_tui.themes import MUTED
 
 
 class StatusLine(Static):

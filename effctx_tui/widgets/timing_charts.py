@@ -11,7 +11,7 @@ from typing import Literal
 
 from textual_plotext import PlotextPlot
 
-from effctx_core.timeline import Timeline
+from effctx_core.events.timeline import Timeline
 
 # The same colour for the same meaning on every chart.
 INPUT, RECOMPUTED, REUSED, LINE = "orange", "red", "green", "cyan"

@@ -7,7 +7,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from ..themes import MUTED
+from effctx_tui.themes import MUTED
 
 
 class Transcript(VerticalScroll):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from textual.widgets import Input
 
-from effctx_core.trace_reader import read_trace
+from effctx_core.events.reader import read_trace
 from effctx_tui.app import EffctxApp
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.transcript import Transcript

@@ -18,8 +18,8 @@ from textual.app import App
 from textual.widgets import Static
 
 from effctx_core.contract import TurnResult
-from effctx_core.timeline import ALL_REUSED, Timeline
-from effctx_core.trace import PrefillChunk, PrefixChecked, TokenDecoded, TurnFinished, TurnStarted
+from effctx_core.events.timeline import ALL_REUSED, Timeline
+from effctx_core.events.trace import PrefillChunk, PrefixChecked, TokenDecoded, TurnFinished, TurnStarted
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.timings import TimingsScreen
 from pilot_wait import wait_for

@@ -8,7 +8,7 @@ from importlib import resources
 
 import pytest
 
-from effctx_core.trace_reader import read_trace
+from effctx_core.events.reader import read_trace
 from effctx_tui.app import EffctxApp
 
 SIZE = (120, 36)

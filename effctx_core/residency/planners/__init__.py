@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ...contract import EffctxError
-from ...profiles import ResidencyConfig
-from .base import Planner, PlannerCaps
-from .budget import BudgetPlanner
-from .none import NonePlanner
-from .scored import ScoredPlanner
-from .streaming import StreamingPlanner
+from effctx_core.errors import EffctxError
+from effctx_core.profiles import ResidencyConfig
+from effctx_core.residency.planners.base import Planner, PlannerCaps
+from effctx_core.residency.planners.budget import BudgetPlanner
+from effctx_core.residency.planners.none import NonePlanner
+from effctx_core.residency.planners.scored import ScoredPlanner
+from effctx_core.residency.planners.streaming import StreamingPlanner
 
 
 def planner_for(config: ResidencyConfig) -> Planner:

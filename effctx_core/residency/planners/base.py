@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..blocks import BlockClass, BlockFlag, BlockTable, Reason
+from effctx_core.residency.blocks import BlockClass, BlockFlag, BlockTable, Reason
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..blocks import BlockClass, BlockTable, Reason, Segment
-from .base import PlannerCaps, WindowedPlanner, float_key, mark_windows, protected_tokens, sort_keys, split_lowest
+from effctx_core.residency.blocks import BlockClass, BlockTable, Reason, Segment
+from effctx_core.residency.planners.base import (
+    PlannerCaps,
+    WindowedPlanner,
+    float_key,
+    mark_windows,
+    protected_tokens,
+    sort_keys,
+    split_lowest,
+)
 
 # Lower ranks are parked first.
 EVICTION_RANK = np.zeros(len(Segment), dtype=np.int64)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..blocks import BlockClass, BlockTable, Reason
-from .base import PlannerCaps
+from effctx_core.residency.blocks import BlockClass, BlockTable, Reason
+from effctx_core.residency.planners.base import PlannerCaps
 
 
 class NonePlanner:

@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...contract import UnsupportedFeatureError
-from ..blocks import BlockClass, BlockTable, Reason
-from .base import PlannerCaps, WindowedPlanner, float_key, mark_windows, protected_tokens, sort_keys, split_lowest
+from effctx_core.errors import UnsupportedFeatureError
+from effctx_core.residency.blocks import BlockClass, BlockTable, Reason
+from effctx_core.residency.planners.base import (
+    PlannerCaps,
+    WindowedPlanner,
+    float_key,
+    mark_windows,
+    protected_tokens,
+    sort_keys,
+    split_lowest,
+)
 
 
 class ScoredPlanner(WindowedPlanner):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cancel import Cancelled
+from effctx_core.errors import Cancelled
 
 
 class PrefillCancelled(Cancelled):

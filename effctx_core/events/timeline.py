@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .trace import (
+from effctx_core.events.trace import (
     Event,
     NodeRestored,
     PrefillChunk,

@@ -17,24 +17,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .backends.registry import get_backend
-from .contract import (
-    ContextOverflowError,
-    UnsupportedFeatureError,
+from effctx_core.backends.registry import get_backend
+from effctx_core.errors import ContextOverflowError, UnsupportedFeatureError, EffctxError
+from effctx_core.contract import (
     ContextReport,
     DecodeConfig,
-    EffctxError,
     ModelInfo,
     PrefillProgress,
     Session,
     SessionSnapshot,
     TurnResult,
 )
-from .profiles import BUDGET_POLICIES, DEFAULT_PROFILE, Profile
-from .residency import BlockClass, ResidencyReport, Segment
-from .residency.planners import PlannerCaps
-from .residency.tracker import ResidencyTracker
-from .trace import (
+from effctx_core.profiles import BUDGET_POLICIES, DEFAULT_PROFILE, Profile
+from effctx_core.residency import BlockClass, ResidencyReport, Segment
+from effctx_core.residency.planners import PlannerCaps
+from effctx_core.residency.tracker import ResidencyTracker
+from effctx_core.events.trace import (
     ErrorRaised,
     Event,
     PrefillChunk,
@@ -49,19 +47,15 @@ from .trace import (
     TurnFinished,
     TurnStarted,
 )
-from .snapshots.tree import SnapshotTree
-from .engine_prefix import PrefixLoading
-from .engine_records import NodeRestore, PrefillCancelled, PrefixLoad, SwapCancelled, SwapResult
-from .engine_swap import CellSwapping
-from .engine_tree import TreeOperations, session_owner
-from .transcript import chat_format_for
-
-# Importers of this module get the records with the engine.
-__all__ = ["NodeRestore", "PrefillCancelled", "PrefixLoad", "SessionEngine", "SwapCancelled", "SwapResult",
-           "session_owner"]
+from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.engine.prefix_loader import PrefixLoading
+from effctx_core.engine.records import PrefillCancelled
+from effctx_core.engine.swap import CellSwapping
+from effctx_core.engine.checkpoints import TreeOperations
+from effctx_core.transcript import chat_format_for
 
 if TYPE_CHECKING:
-    from .snapshots import SnapshotStore
+    from effctx_core.snapshots import SnapshotStore
 
 Subscriber = Callable[[Event], None]
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .cli_options import (
+from effctx_core.cli.options import (
     EXIT_BAD_INPUT,
     add_runtime_options,
     add_sampling_options,
@@ -38,8 +38,8 @@ def _read_prompt(args: argparse.Namespace) -> str:
     return read_text_file(args.prompt_file, "prompt")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from .engine import SessionEngine
+def run(args: argparse.Namespace) -> int:
+    from effctx_core.engine import SessionEngine
 
     prompt = _read_prompt(args)
     inputs = check_run_inputs(args, args.trace)
@@ -47,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile, prefix_text = inputs.profile, inputs.prefix_text
     store = None
     if prefix_text is not None and not args.no_prefix_cache:
-        from .snapshots import SnapshotStore
+        from effctx_core.snapshots import SnapshotStore
 
         store = SnapshotStore()
     engine = SessionEngine(model_from_args(args, profile), profile, trace_path=args.trace, prefix_cache=store)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 
-from .backends.registry import get_backend
-from .contract import EffctxError
-from .engine_records import PrefillCancelled, SwapCancelled, SwapResult
-from .profiles import Profile
-from .residency import Segment
-from .trace import CellSwapped, SwapAbandoned
+from effctx_core.backends.registry import get_backend
+from effctx_core.errors import EffctxError
+from effctx_core.engine.records import PrefillCancelled, SwapCancelled, SwapResult
+from effctx_core.profiles import Profile
+from effctx_core.residency import Segment
+from effctx_core.events.trace import CellSwapped, SwapAbandoned
 
 
 class CellSwapping:

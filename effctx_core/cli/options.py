@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .contract import DecodeConfig, EffctxError
-from .profiles import DEFAULT_PROFILE_NAME, Profile, default_threads, load_profile
-from .user_files import read_input_text
+from effctx_core.contract import DecodeConfig
+from effctx_core.errors import EffctxError
+from effctx_core.profiles import DEFAULT_PROFILE_NAME, Profile, default_threads, load_profile
+from effctx_core.user_files import read_input_text
 
 EXIT_BAD_INPUT = 2
 
@@ -103,7 +104,7 @@ def warn(messages: list[str]) -> None:
 def check_model_arg(args: argparse.Namespace, profile: Profile) -> None:
     """A model file the user named, checked before any work (the default model is
     prepared later, with progress)."""
-    from .models import check_gguf_file
+    from effctx_core.models import check_gguf_file
 
     named = args.model or profile.model
     if named is not None:
@@ -111,14 +112,14 @@ def check_model_arg(args: argparse.Namespace, profile: Profile) -> None:
 
 
 def model_from_args(args: argparse.Namespace, profile: Profile) -> Path:
-    from .models import resolve_model
+    from effctx_core.models import resolve_model
 
     return resolve_model(args.model or profile.model, progress=stderr_progress())
 
 
 def check_trace_arg(path: str | None) -> None:
     if path is not None:
-        from .trace import check_trace_target
+        from effctx_core.events.trace import check_trace_target
 
         check_trace_target(Path(path))
 
@@ -165,3 +166,14 @@ def stderr_progress():
 
 def read_text_file(path: str, what: str) -> str:
     return read_input_text(path, f"{what} file")
+
+
+def number_list(text: str, kind, name: str, low: float, high: float) -> list:
+    """A comma-separated option (`--depths 0.1,0.5`) as numbers, each within [low, high]."""
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise EffctxError(f"{name} must be a comma-separated list of numbers, not {text!r}") from None
+    if not values or any(not low <= v <= high for v in values):
+        raise EffctxError(f"{name} must hold numbers from {low} to {high}, not {text!r}")
+    return values

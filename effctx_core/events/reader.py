@@ -10,9 +10,10 @@ import json
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
-from .contract import EffctxError, TurnResult
-from .trace import Event
-from .user_files import UserFileError, read_input_bytes
+from effctx_core.errors import EffctxError
+from effctx_core.contract import TurnResult
+from effctx_core.events.trace import Event
+from effctx_core.user_files import UserFileError, read_input_bytes
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
 

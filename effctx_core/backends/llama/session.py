@@ -15,27 +15,31 @@ from typing import Iterator, Sequence
 import llama_cpp
 import numpy as np
 
-from ..contract import (
+from effctx_core.contract import (
     Capabilities,
     ContextLimit,
-    ContextOverflowError,
     ContextReport,
     DecodeConfig,
-    EffctxError,
-    IdentityMismatchError,
     ModelInfo,
     PrefillProgress,
     PrefixStatus,
     ProgressSink,
-    SessionFatalError,
     SessionSnapshot,
     SuffixStatus,
     TokenChunk,
 )
-from ..identity import RuntimeIdentity
-from ..profiles import KV_CACHE_TYPES, Profile
-from ..transcript import chat_format_for
-from .llama_runtime import Batch, DeferredInterrupt, LoadedModel, clear_llama_errors, llama_error_reason, load_model
+from effctx_core.errors import ContextOverflowError, EffctxError, IdentityMismatchError, SessionFatalError
+from effctx_core.identity import RuntimeIdentity
+from effctx_core.profiles import KV_CACHE_TYPES, Profile
+from effctx_core.transcript import chat_format_for
+from effctx_core.backends.llama.runtime import (
+    Batch,
+    DeferredInterrupt,
+    LoadedModel,
+    clear_llama_errors,
+    llama_error_reason,
+    load_model,
+)
 
 SEQ = 0
 _DECODE_NO_SLOT = 1
@@ -63,7 +67,7 @@ class LlamaBackend:
         return LlamaSession(load_model(Path(model_path)), profile, self.version())
 
     def residency_executor(self, session: "LlamaSession"):
-        from .llama_executor import LlamaResidencyExecutor
+        from effctx_core.backends.llama.executor import LlamaResidencyExecutor
 
         return LlamaResidencyExecutor(session)
 

@@ -1,30 +1,21 @@
-"""`effctx info`, `effctx cells` and `effctx profiles`: what a model, a profile and a cell are."""
+"""`effctx info`: a model's facts, digest, capabilities, context limits and KV capacity."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 
-from .cli_options import add_runtime_options, model_from_args, profile_from_args
-from .contract import ModelInfo
-from .profiles import Profile, available_profiles, load_profile
+from effctx_core.cli.options import add_runtime_options, model_from_args, profile_from_args
+from effctx_core.cli.profiles import profile_dict
+from effctx_core.contract import ModelInfo
 
 
-def add_parsers(sub) -> None:
+def add_parser(sub) -> None:
     info = sub.add_parser("info", help="model facts, digest, capabilities, context limits and KV capacity")
     add_runtime_options(info)
     info.add_argument("--memory", default="2GiB", metavar="SIZE",
                       help="memory budget for the KV capacity table, e.g. 512MiB, 2GiB (default 2GiB)")
     info.add_argument("--json", action="store_true")
-
-    cells = sub.add_parser("cells", help="the cells this machine can run: backend x profile x model, with capabilities")
-    add_runtime_options(cells)
-    cells.add_argument("--json", action="store_true")
-
-    profiles = sub.add_parser("profiles", help="list runtime profiles, or show one")
-    profiles.add_argument("name", nargs="?", metavar="NAME|PATH", help="show this profile, resolved")
-    profiles.add_argument("--json", action="store_true")
 
 
 def info_dict(info: ModelInfo) -> dict:
@@ -70,9 +61,15 @@ def info_dict(info: ModelInfo) -> dict:
     }
 
 
-def cmd_info(args: argparse.Namespace) -> int:
-    from .backends.registry import get_backend
-    from .capacity import LayerKVProfile, capacity_table, format_bytes, layer_profile_dict, parse_memory
+def run(args: argparse.Namespace) -> int:
+    from effctx_core.backends.registry import get_backend
+    from effctx_core.capacity import (
+        LayerKVProfile,
+        capacity_table,
+        format_bytes,
+        layer_profile_dict,
+        parse_memory,
+    )
 
     memory = parse_memory(args.memory)
     profile = profile_from_args(args)
@@ -134,58 +131,4 @@ def cmd_info(args: argparse.Namespace) -> int:
         pair = f"{row['kv_cache_type_k']}/{row['kv_cache_type_v']}" + ("*" if row["needs_flash_attn"] else "")
         print(f"  {pair:14}{row['bytes_per_token'] or 0:>10.0f}{row['max_hot_tokens']:>16}  {row['reason']}")
     print("  * needs flash attention")
-    return 0
-
-
-def cmd_cells(args: argparse.Namespace) -> int:
-    from .cells import list_cells
-
-    profile = profile_from_args(args)
-    path = model_from_args(args, profile)
-    cells = list_cells(path, path.name)
-    if args.json:
-        print(json.dumps([c.to_dict() for c in cells], indent=2))
-        return 0
-    print(f"{'backend':9}{'profile':14}{'n_ctx':>7}  {'K/V':12}{'FA':4}{'policy':11}{'shift':7}{'exact':7}status")
-    for c in cells:
-        p = c.profile_record
-        kv = f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-"
-        caps = c.info.capabilities if c.info else None
-        print(f"{c.backend:9}{c.profile:14}{(c.info.n_ctx if c.info else 0):>7}  {kv:12}"
-              f"{('on' if p and p.flash_attn else 'off') if p else '-':4}{(p.residency.policy if p else '-'):11}"
-              f"{('yes' if caps and caps.position_shift else 'no') if caps else '-':7}"
-              f"{('yes' if caps and caps.exact_snapshot_replay else 'no') if caps else '-':7}"
-              f"{'ok: ' if c.runnable else 'unsupported: '}{c.reason}")
-    return 0
-
-
-def profile_dict(profile: Profile) -> dict:
-    data = asdict(profile)
-    data["n_threads"] = profile.n_threads
-    return data
-
-
-def cmd_profiles(args: argparse.Namespace) -> int:
-    if args.name:
-        profile = load_profile(args.name)
-        data = profile_dict(profile)
-        if args.json:
-            print(json.dumps(data, indent=2))
-            return 0
-        residency = data.pop("residency")
-        rows = list(data.items()) + [(f"residency.{k}", v) for k, v in residency.items()]
-        for key, value in rows:
-            print(f"{key:24} {value}")
-        return 0
-    found = available_profiles()
-    rows = []
-    for name, source in found.items():
-        profile = load_profile(source if source != "built-in" else name)
-        rows.append({"name": name, "source": source, "description": profile.description})
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    width = max(len(r["name"]) for r in rows)
-    for r in rows:
-        print(f"{r['name']:{width}}  {r['description']}  [{r['source']}]")
     return 0

@@ -6,10 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from .contract import EffctxError
-from .engine import session_owner
-from .snapshots.tree import SnapshotTree
-from .snapshots.tree_file import check_name, session_path
+from effctx_core.errors import EffctxError
+from effctx_core.engine import session_owner
+from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.snapshots.tree_file import check_name, session_path
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -43,7 +43,7 @@ def _summary(name: str, tree: SnapshotTree) -> dict:
     }
 
 
-def cmd_sessions(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     command = args.sessions_command
     if command == "ls":
         rows = [_summary(name, SnapshotTree.load(name)) for name in SnapshotTree.list_sessions()]
@@ -87,7 +87,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         path = session_path(args.name)
         if not path.exists():
             raise EffctxError(f"no saved session named {args.name!r}")
-        from .snapshots import SnapshotStore
+        from effctx_core.snapshots import SnapshotStore
 
         released = SnapshotStore().remove_refs(session_owner(args.name))
         path.unlink()

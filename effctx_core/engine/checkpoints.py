@@ -9,11 +9,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .engine_records import NodeRestore
-from .residency import Segment
-from .snapshots.errors import SnapshotError, SnapshotNotFoundError
-from .snapshots.tree import SnapshotTree
-from .trace import NodeAdded, NodeRestored
+from effctx_core.engine.records import NodeRestore
+from effctx_core.residency import Segment
+from effctx_core.snapshots.errors import SnapshotError, SnapshotNotFoundError
+from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.events.trace import NodeAdded, NodeRestored
 
 
 def session_owner(name: str) -> str:
@@ -55,7 +55,7 @@ class TreeOperations:
             return
         blob, state_bytes, message = known_blob, 0, None
         if blob is None and self._checkpoints is not None and not self.residency.evicts:
-            from .snapshots import SnapshotError, save_snapshot
+            from effctx_core.snapshots import SnapshotError, save_snapshot
 
             try:
                 snap = session.snapshot()
@@ -108,7 +108,7 @@ class TreeOperations:
     def restore_node(self, node_id: str) -> "NodeRestore":
         """Go back to a node: its exact state when it has one this runtime can load,
         otherwise its tokens recomputed. The next turn then branches from it."""
-        from .snapshots import SnapshotError, load_snapshot
+        from effctx_core.snapshots import SnapshotError, load_snapshot
 
         with self._lock:
             session, tree = self.session, self.tree

@@ -10,8 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar, TextIO
 
-from .contract import EffctxError, TurnResult
-from .user_files import UserFileError, check_output_file, open_input, os_reason
+from effctx_core.errors import EffctxError
+from effctx_core.contract import TurnResult
+from effctx_core.user_files import UserFileError, check_output_file, open_input, os_reason
 
 
 @dataclass(frozen=True)

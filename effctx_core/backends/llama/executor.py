@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..contract import UnsupportedFeatureError
-from ..residency import BlockClass, BlockTable
-from .llama import LlamaSession
+from effctx_core.errors import UnsupportedFeatureError
+from effctx_core.residency import BlockClass, BlockTable
+from effctx_core.backends.llama.session import LlamaSession
 
 
 @dataclass(frozen=True)

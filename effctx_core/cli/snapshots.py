@@ -11,10 +11,10 @@ import json
 import time
 from pathlib import Path
 
-from .capacity import format_bytes
-from .contract import EffctxError
-from .snapshots.codec import describe
-from .snapshots.store import Quarantined, SnapshotStore, StoreUsage
+from effctx_core.capacity import format_bytes
+from effctx_core.errors import EffctxError
+from effctx_core.snapshots.codec import describe
+from effctx_core.snapshots.store import Quarantined, SnapshotStore, StoreUsage
 
 EXIT_QUARANTINED = 1
 
@@ -39,7 +39,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return snap
 
 
-def cmd_snapshots(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     store = SnapshotStore(Path(args.dir).expanduser() if args.dir else None)
     # A store that is not there is not an empty one: "0 ok" would be a false all-clear.
     # Only the default store may be missing (nothing was cached yet).

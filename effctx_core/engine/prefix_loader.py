@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import time
 
-from .contract import EffctxError
-from .engine_records import PrefillCancelled, PrefixLoad
-from .residency import Segment
-from .trace import PrefixCacheLookup
+from effctx_core.errors import EffctxError
+from effctx_core.engine.records import PrefillCancelled, PrefixLoad
+from effctx_core.residency import Segment
+from effctx_core.events.trace import PrefixCacheLookup
 
 
 class PrefixLoading:
@@ -19,7 +19,7 @@ class PrefixLoading:
         session: restored from the prefix cache when this runtime identity has stored
         exactly these tokens, else prefilled and stored for the next session. Its prefill
         can be cancelled (`cancel`), which leaves the session empty."""
-        from .snapshots import SnapshotError, load_snapshot, save_snapshot
+        from effctx_core.snapshots import SnapshotError, load_snapshot, save_snapshot
 
         with self._lock:
             session = self.session

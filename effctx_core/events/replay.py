@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .contract import EffctxError
-from .profiles import Profile, ResidencyConfig
-from .residency import BlockClass, Reason, ResidencyReport, Segment
-from .residency.planners import PlannerCaps
-from .residency.tracker import ResidencyTracker
-from .snapshots.tree import SnapshotTree
-from .trace import Event
-from .trace_reader import Trace
+from effctx_core.errors import EffctxError
+from effctx_core.profiles import Profile, ResidencyConfig
+from effctx_core.residency import BlockClass, Reason, ResidencyReport, Segment
+from effctx_core.residency.planners import PlannerCaps
+from effctx_core.residency.tracker import ResidencyTracker
+from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.events.trace import Event
+from effctx_core.events.reader import Trace
 
 UNKNOWN_TOKEN = -1  # a prefilled token: the trace records how many, not which
 

@@ -18,8 +18,9 @@ from typing import Sequence
 import llama_cpp
 import numpy as np
 
-from ..contract import ModelFacts, ModelFileError
-from ..models import check_gguf_file, facts_from_metadata
+from effctx_core.contract import ModelFacts
+from effctx_core.errors import ModelFileError
+from effctx_core.models import check_gguf_file, facts_from_metadata
 
 _init_lock = threading.Lock()
 _initialised = False

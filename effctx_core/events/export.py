@@ -3,7 +3,7 @@ tokens, evictions and restores on a timeline (ui.perfetto.dev or chrome://tracin
 
 from __future__ import annotations
 
-from .trace import Event
+from effctx_core.events.trace import Event
 
 PID = 1
 THREADS = {"engine": 1, "prefill": 2, "decode": 3, "residency": 4, "snapshots": 5}

@@ -1,0 +1,1 @@
+"""Headless commands, one module per command; main.py parses and dispatches."""

@@ -1,0 +1,54 @@
+"""The errors a user can act on: each message is one line, each class says what failed.
+
+A failed call leaves its session as it was, or poisons it (SessionFatalError); it never
+leaves it half-changed and silent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from effctx_core.identity import RuntimeIdentity
+
+
+class EffctxError(Exception):
+    """An error a user can act on; its message is one line."""
+
+
+class ModelFileError(EffctxError):
+    """The model file is missing, empty, not a GGUF file or unreadable."""
+
+
+class ContextOverflowError(EffctxError):
+    def __init__(self, stage: str, resident: int, additional: int, n_ctx: int):
+        self.stage = stage
+        self.resident = resident
+        self.additional = additional
+        self.n_ctx = n_ctx
+        super().__init__(
+            f"context overflow in {stage}: {resident} resident + {additional} new tokens "
+            f"> n_ctx {n_ctx}"
+        )
+
+
+class SessionFatalError(EffctxError):
+    """The backend state can no longer be trusted; the session must be reopened."""
+
+
+class IdentityMismatchError(EffctxError):
+    def __init__(self, expected: RuntimeIdentity, got: RuntimeIdentity):
+        self.expected = expected
+        self.got = got
+        diff = ", ".join(
+            f"{name} {mine!r} != {theirs!r}" for name, mine, theirs in expected.differences(got)
+        )
+        super().__init__(f"snapshot belongs to another runtime identity ({diff})")
+
+
+class UnsupportedFeatureError(EffctxError):
+    pass
+
+
+class Cancelled(EffctxError):
+    """Long work stopped at a safe point because it was asked to."""
