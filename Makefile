@@ -15,13 +15,20 @@ STAMP := $(VENV)/.effctx-installed
 # nothing measurable from AMX.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'
 
-.PHONY: run test setup model clean
+.PHONY: run test lint setup model clean
 
 run: model
 	$(BIN)/effctx
 
-test: model
+test: lint model
 	$(BIN)/python -m pytest -q
+
+# The layers (import-linter contracts), lint (ruff) and types (mypy on effctx_core);
+# their settings are in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/ruff check effctx_core effctx_tui tests tools
+	$(BIN)/mypy
 
 setup: $(STAMP)
 

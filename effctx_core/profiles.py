@@ -14,25 +14,10 @@ from pathlib import Path
 
 import platformdirs
 
-from effctx_core.capacity import PLAIN_V_TYPES
+from effctx_core.backends.registry import profile_problems
 from effctx_core.errors import EffctxError
+from effctx_core.residency.config import ResidencyConfig
 
-# ggml type ids of the cache element types llama.cpp accepts for K and V.
-KV_CACHE_TYPES: dict[str, int] = {
-    "f32": 0,
-    "f16": 1,
-    "q4_0": 2,
-    "q4_1": 3,
-    "q5_0": 6,
-    "q5_1": 7,
-    "q8_0": 8,
-    "iq4_nl": 20,
-    "bf16": 30,
-}
-POLICIES = ("none", "streaming", "budget", "scored")
-# The policies whose plans keep to the budget (streaming keeps its windows whatever it is).
-BUDGET_POLICIES = ("budget", "scored")
-BACKENDS = ("llama",)
 DEFAULT_PROFILE_NAME = "exact"
 
 
@@ -42,49 +27,8 @@ class ProfileError(EffctxError):
 
 def default_threads() -> int:
     # llama.cpp spins its threads; more threads than free cores halves decode speed
-    # (shared/notes: nt=2 with one core busy 21 tok/s vs 53).
+    # (measured: 2 threads with one of 2 cores busy decode 21 tok/s, against 53 idle).
     return max(1, len(os.sched_getaffinity(0)))
-
-
-@dataclass(frozen=True)
-class ResidencyConfig:
-    policy: str = "none"
-    # Whole blocks of the default block_size, so `policy = "streaming"` alone is valid.
-    sink_tokens: int = 32
-    recent_tokens: int = 992
-    budget: int = 0  # tokens; 0 = the context size
-    block_size: int = 32
-    # How many tokens one decode slide makes room for: each slide makes llama.cpp
-    # re-rotate every shifted key, so sliding a token at a time would cost that per token.
-    slide_tokens: int = 64
-
-    @property
-    def evicts(self) -> bool:
-        """Whether the policy takes tokens out of the cache (every policy but none)."""
-        return self.policy != "none"
-
-    def validate(self, where: str) -> None:
-        if self.policy not in POLICIES:
-            raise ProfileError(f"{where}: unknown residency policy {self.policy!r} (known: {', '.join(POLICIES)})")
-        for name in ("sink_tokens", "recent_tokens", "budget"):
-            if getattr(self, name) < 0:
-                raise ProfileError(f"{where}: residency.{name} must be 0 or more")
-        if self.block_size < 1:
-            raise ProfileError(f"{where}: residency.block_size must be at least 1")
-        if self.slide_tokens < 1:
-            raise ProfileError(f"{where}: residency.slide_tokens must be at least 1")
-        if not self.evicts:
-            return
-        for name in ("sink_tokens", "recent_tokens"):
-            if getattr(self, name) % self.block_size:
-                raise ProfileError(
-                    f"{where}: residency.{name} {getattr(self, name)} is not a multiple of block_size {self.block_size}"
-                )
-        if self.budget and self.sink_tokens + self.recent_tokens > self.budget:
-            raise ProfileError(
-                f"{where}: sink_tokens {self.sink_tokens} + recent_tokens {self.recent_tokens} "
-                f"is above the budget {self.budget}"
-            )
 
 
 @dataclass(frozen=True)
@@ -98,33 +42,30 @@ class Profile:
     threads: int = 0
     kv_cache_type_k: str = "f16"
     kv_cache_type_v: str = "f16"
-    # Off by default: bit-exact snapshot replay needs it off (shared/notes pitfall 7).
+    # Off by default: with it on, a restored llama.cpp state drifts from the original
+    # (measured max|dlogit| about 1), so bit-exact snapshot replay needs it off.
     flash_attn: bool = False
     swa_full: bool = True
     residency: ResidencyConfig = field(default_factory=ResidencyConfig)
 
     def __post_init__(self) -> None:
         where = f"profile {self.name!r}"
-        if self.backend not in BACKENDS:
-            raise ProfileError(f"{where}: unknown backend {self.backend!r} (known: {', '.join(BACKENDS)})")
-        for side in ("k", "v"):
-            kind = getattr(self, f"kv_cache_type_{side}")
-            if kind not in KV_CACHE_TYPES:
-                raise ProfileError(
-                    f"{where}: unknown KV cache type {kind!r} for {side.upper()} (known: {', '.join(KV_CACHE_TYPES)})"
-                )
         if self.n_ctx < 16:
             raise ProfileError(f"{where}: n_ctx {self.n_ctx} is too small (minimum 16)")
         if self.n_batch < 1:
             raise ProfileError(f"{where}: n_batch {self.n_batch} must be positive")
         if self.threads < 0:
             raise ProfileError(f"{where}: threads must be 0 (all free cores) or more")
-        if self.kv_cache_type_v not in PLAIN_V_TYPES and not self.flash_attn:
-            raise ProfileError(
-                f"{where}: V cache type {self.kv_cache_type_v} needs flash_attn = true "
-                "(llama.cpp cannot create a context with a quantized V cache without it)"
-            )
-        self.residency.validate(where)
+        try:
+            problems = profile_problems(self, where)
+        except EffctxError as exc:  # a backend that is unknown, or not in this build
+            raise ProfileError(f"{where}: {exc}") from None
+        if problems:
+            raise ProfileError(problems[0])
+        try:
+            self.residency.validate(where)
+        except EffctxError as exc:
+            raise ProfileError(str(exc)) from None
         if self.residency.budget > self.n_ctx:
             raise ProfileError(f"{where}: residency budget {self.residency.budget} is above n_ctx {self.n_ctx}")
 
@@ -138,19 +79,6 @@ class Profile:
 
     def with_changes(self, **changes) -> "Profile":
         return replace(self, **changes)
-
-    def kv_fields(self) -> dict:
-        """Every field that changes what the KV cache holds for a given token list."""
-        r = self.residency
-        return {
-            "kv_cache_type_k": self.kv_cache_type_k,
-            "kv_cache_type_v": self.kv_cache_type_v,
-            "flash_attn": self.flash_attn,
-            # llama.cpp's kernels give other numbers for other batch sizes (measured
-            # max|dlogit| 1.1 between a 1- and a 14-token batch), so the batch is part of it.
-            "n_batch": self.n_batch,
-            "residency": f"{r.policy}:{r.sink_tokens}:{r.recent_tokens}:{r.budget}:{r.block_size}",
-        }
 
 
 # --------------------------------------------------------------------------- loading

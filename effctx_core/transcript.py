@@ -1,14 +1,29 @@
 """How a conversation becomes text for the model.
 
-The default model is a base model without a chat template, and llama-cpp-python's
-fallback for such models ("llama-2") is wrong for it, so effctx writes a plain transcript.
+A model that carries a chat template gets it (TemplateFormat); a base model without one
+gets a plain transcript (PLAIN_TRANSCRIPT), since llama-cpp-python's fallback for such
+models ("llama-2") is wrong for them. A template that cannot be used turn by turn gets
+the plain transcript too, and `chat_format_report` says why.
+
+Either format exposes what the engine needs for a turn: `render_turn` (the text the turn
+appends to the tape), `stop`, `turn_opening`, `special_tokens`, and `identity`, which
+the runtime identity records so states never mix across formats.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar
+
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from effctx_core.contract import ModelFacts
+from effctx_core.errors import EffctxError
 
 
 @dataclass(frozen=True)
@@ -17,6 +32,14 @@ class ChatFormat:
     user_prefix: str
     assistant_prefix: str
     stop: tuple[str, ...]
+
+    # Whether the rendered text holds control-token text to tokenize as those tokens.
+    special_tokens: bool = False
+
+    @property
+    def identity(self) -> str:
+        """What the runtime identity records of this format."""
+        return self.name
 
     @property
     def turn_opening(self) -> str:
@@ -42,7 +65,175 @@ PLAIN_TRANSCRIPT = ChatFormat(
 )
 
 
-def chat_format_for(facts: ModelFacts) -> ChatFormat:
-    # Models that carry a chat template get the plain transcript too until templates
-    # are rendered; the identity names the format, so states never mix across formats.
-    return PLAIN_TRANSCRIPT
+@dataclass(frozen=True)
+class TemplateFormat:
+    """A chat template cut into the pieces a turn appends, so the tape only ever grows.
+
+    The first turn appends head + user text + generation prompt; a later one appends the
+    end-of-reply text + user text + generation prompt. That is exactly what the template
+    renders for the whole conversation (chat_format_report checks it), so each turn's
+    tape is a prefix of the next one's and every earlier turn is reused.
+    """
+
+    template_sha256: str
+    head: str  # before the first user message, without a BOS the tokenizer adds itself
+    generation_prompt: str  # between a user message and where the model writes
+    reply_end: str  # between the end of a reply and the next user message
+
+    name: ClassVar[str] = "jinja-template"
+    # The pieces hold the template's control-token text (<|im_start|>, <s>...), which
+    # only means those tokens when the tokenizer parses special tokens.
+    special_tokens: ClassVar[bool] = True
+
+    @property
+    def identity(self) -> str:
+        return f"jinja-sha256:{self.template_sha256}"
+
+    @property
+    def turn_opening(self) -> str:
+        """The end-of-reply text up to the next user message's own whitespace: a reply
+        that ends on exactly this (the model wrote it out as text) keeps it, as the plain
+        transcript keeps "\\nUser:"."""
+        return self.reply_end.rstrip()
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        # A model whose end of turn is not an end-of-generation token writes the next
+        # turn's opening instead; with an empty opening there is nothing to stop on.
+        return (self.turn_opening,) if self.turn_opening else ()
+
+    def render_turn(self, user_text: str, first: bool, opened: bool = False) -> str:
+        """The text a new user turn adds to the tape, ending where the model writes;
+        `opened`: the tape already ends with the turn's opening."""
+        if first:
+            lead = self.head
+        elif opened:
+            lead = self.reply_end[len(self.turn_opening):]
+        else:
+            lead = self.reply_end
+        # Stripped as in the plain transcript: whitespace around a message is not part of it.
+        return f"{lead}{user_text.strip()}{self.generation_prompt}"
+
+
+TurnFormat = ChatFormat | TemplateFormat
+
+
+class ChatTemplateError(EffctxError):
+    """A chat template refused a conversation or cannot be used turn by turn."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _raise_exception(message: str) -> None:
+    # Templates call raise_exception("...") to refuse a conversation (no system role,
+    # roles that do not alternate); the message becomes the fallback's reason.
+    raise ChatTemplateError(_one_line(str(message)))
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+# As llama-cpp-python's Jinja2ChatFormatter and Transformers render chat templates: a
+# sandbox (a template is data from the model file, and must not reach Python objects),
+# trim_blocks and lstrip_blocks, {% break %}/{% continue %}, raise_exception and strftime_now.
+_ENVIRONMENT = ImmutableSandboxedEnvironment(
+    loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols],
+)
+_ENVIRONMENT.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+
+# Message contents no template writes by itself, to find where the real contents go.
+_USER_1 = "\ue000effctx-user-1\ue000"
+_REPLY_1 = "\ue000effctx-reply-1\ue000"
+_USER_2 = "\ue000effctx-user-2\ue000"
+# Stands for a BOS/EOS token whose text the caller did not give: it may only be where
+# the tokenizer adds BOS itself, anywhere else the format cannot be written.
+_UNKNOWN_TOKEN = "\ue000effctx-unknown-token\ue000"
+
+
+def _render(template: jinja2.Template, messages: list[dict[str, str]], bos: str, eos: str) -> str:
+    return template.render(messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=eos,
+                           tools=None, documents=None)
+
+
+def _split_at(text: str, sentinel: str) -> tuple[str, str]:
+    if text.count(sentinel) != 1:
+        raise ChatTemplateError("it does not write each message's content once, as it is")
+    before, _, after = text.partition(sentinel)
+    return before, after
+
+
+def _derive(source: str, bos: str, eos: str, add_bos: bool) -> TemplateFormat:
+    """Cut the template into turn pieces by rendering [user] and [user, assistant, user]
+    with sentinel contents; ChatTemplateError (or whatever the template raises) when
+    the pieces do not add up to what the template renders for the whole conversation."""
+    template = _ENVIRONMENT.from_string(source)
+    user_1 = {"role": "user", "content": _USER_1}
+    one = _render(template, [user_1], bos, eos)
+    three = _render(template, [user_1, {"role": "assistant", "content": _REPLY_1},
+                               {"role": "user", "content": _USER_2}], bos, eos)
+    head, generation_prompt = _split_at(one, _USER_1)
+    if not generation_prompt.strip():
+        raise ChatTemplateError("it writes no generation prompt after the user's message")
+    first, rest = _split_at(three, _USER_1)
+    before_reply, rest = _split_at(rest, _REPLY_1)
+    reply_end, last = _split_at(rest, _USER_2)
+    # The tape holds the first turn as it was appended, so the template must render it
+    # the same once the conversation goes on; a reply may begin with whitespace that the
+    # model writes itself (Llama 2 puts a space after [/INST]).
+    extra = before_reply.removeprefix(generation_prompt)
+    if first != head or not before_reply.startswith(generation_prompt) or (extra and not extra.isspace()) \
+            or last != generation_prompt:
+        raise ChatTemplateError("it renders earlier turns differently from how they were prompted")
+    # The engine asks the tokenizer for BOS on the first turn when the model adds one, so
+    # a template that writes BOS itself would make it twice. Only this leading BOS goes:
+    # one the template writes between turns (Llama 2's <s>[INST]) is the model's format.
+    if add_bos and bos and head.startswith(bos):
+        head = head[len(bos):]
+    if any(_UNKNOWN_TOKEN in piece for piece in (head, generation_prompt, reply_end)):
+        raise ChatTemplateError("it writes the BOS or EOS token, whose text is not known")
+    return TemplateFormat(hashlib.sha256(source.encode("utf-8")).hexdigest(), head, generation_prompt, reply_end)
+
+
+@functools.lru_cache(maxsize=16)
+def _template_report(source: str, bos: str, eos: str, add_bos: bool) -> tuple[TurnFormat, str]:
+    # Cached per template and token texts: the template is compiled and cut once, and a
+    # turn is string concatenation. (A template that shows strftime_now shows the time of
+    # this first call.)
+    try:
+        fmt = _derive(source, bos, eos, add_bos)
+    except Exception as exc:  # noqa: BLE001 - the template is untrusted code: any failure means "not usable"
+        why = str(exc) if isinstance(exc, ChatTemplateError) else f"{type(exc).__name__}: {_one_line(str(exc))}"
+        return PLAIN_TRANSCRIPT, f"the model's chat template is not used ({why}); {PLAIN_TRANSCRIPT.name}"
+    return fmt, f"the model's chat template ({fmt.identity})"
+
+
+def _token_text(token_id: int | None, token_text: Mapping[int, str] | None) -> str:
+    if token_id is None:
+        return ""  # the model has no such token: the template writes nothing for it
+    if token_text is None or token_id not in token_text:
+        return _UNKNOWN_TOKEN
+    return token_text[token_id]
+
+
+def chat_format_report(facts: ModelFacts, token_text: Mapping[int, str] | None = None) -> tuple[TurnFormat, str]:
+    """The format for the model's turns and one line on why it is that one.
+
+    `token_text` maps token ids to their text in the vocabulary (for the BOS and EOS
+    ids), which templates write as `bos_token`/`eos_token`. Without it, a template that
+    writes them anywhere but the leading BOS the tokenizer adds is not used.
+    """
+    if facts.chat_template is None:
+        return PLAIN_TRANSCRIPT, f"no chat template in the model; {PLAIN_TRANSCRIPT.name}"
+    if token_text is None:  # the texts the backend read from the model's vocabulary
+        token_text = {i: t for i, t in ((facts.bos_token_id, facts.bos_text), (facts.eos_token_id, facts.eos_text))
+                      if i is not None and t is not None}
+    return _template_report(facts.chat_template, _token_text(facts.bos_token_id, token_text),
+                            _token_text(facts.eos_token_id, token_text), facts.add_bos)
+
+
+def chat_format_for(facts: ModelFacts, token_text: Mapping[int, str] | None = None) -> TurnFormat:
+    """The format for the model's turns (see chat_format_report)."""
+    return chat_format_report(facts, token_text)[0]

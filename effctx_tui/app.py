@@ -8,18 +8,16 @@ from typing import Literal
 from textual import work
 
 from effctx_core.bench.cell import CellBenchPlan
-from effctx_core.errors import Cancelled
 from effctx_core.cancel import CancelToken
-from effctx_core.errors import EffctxError
 from effctx_core.engine import PrefillCancelled, SessionEngine
+from effctx_core.errors import Cancelled, EffctxError
+from effctx_core.events.reader import Trace
+from effctx_core.events.replay import ReplayEngine
+from effctx_core.events.trace import Event, ModelProgress
 from effctx_core.models import resolve_model
 from effctx_core.profiles import DEFAULT_PROFILE, Profile
 from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree_file import session_path
-from effctx_core.events.replay import ReplayEngine
-from effctx_core.events.trace import Event, ModelProgress
-from effctx_core.events.reader import Trace
-
 from effctx_tui.console import ConsoleApp
 from effctx_tui.messages import EngineEvent, EngineFailed, EngineReady
 from effctx_tui.replay_player import ReplayPlayer

@@ -19,7 +19,6 @@ import time
 
 from effctx_core.cli.options import OneLineParser
 from effctx_core.errors import EffctxError
-
 from effctx_tui.bench_command import bench_command
 
 KEYS = "abcdefghijklmnopqrstuvwxyz0123"
@@ -44,7 +43,6 @@ async def _measure(prompt_tokens: int) -> dict:
     from textual.widgets import Input, ProgressBar
 
     from effctx_core.profiles import load_profile
-
     from effctx_tui.app import EffctxApp
 
     profile = load_profile(None).with_changes(n_ctx=max(10240, prompt_tokens + 2048))

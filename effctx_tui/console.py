@@ -16,7 +16,6 @@ from textual.content import Content
 from textual.screen import Screen
 
 from effctx_core.errors import EffctxError
-
 from effctx_tui.screens.help import HelpScreen, key_display
 from effctx_tui.settings import read_settings, write_setting
 from effctx_tui.themes import MUTED, load_themes

@@ -10,7 +10,6 @@ from typing import Sequence
 from effctx_core.cli.main import COMMANDS, run_command
 from effctx_core.cli.options import EXIT_BAD_INPUT, warn
 from effctx_core.errors import EffctxError
-
 from effctx_tui.options import check_console_options, console_parser
 
 

@@ -11,9 +11,9 @@ from importlib import resources
 
 from effctx_core.cli.options import COUNT, OneLineParser, add_runtime_options, check_run_inputs, number
 from effctx_core.errors import EffctxError
+from effctx_core.events.reader import Trace
 from effctx_core.profiles import Profile
 from effctx_core.snapshots.tree_file import check_name
-from effctx_core.events.reader import Trace
 
 MAX_SPEED = 64
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from textual.app import App
 
-from effctx_core.events.replay import ReplayEngine
 from effctx_core.events.reader import Trace
-
+from effctx_core.events.replay import ReplayEngine
 from effctx_tui.messages import EngineEvent
 
 TICK_SECONDS = 0.02

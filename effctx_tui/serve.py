@@ -17,7 +17,6 @@ from pathlib import Path
 from effctx_core.cli.options import EXIT_BAD_INPUT, OneLineParser, number, warn
 from effctx_core.errors import EffctxError
 from effctx_core.user_files import os_reason
-
 from effctx_tui.options import check_console_options, console_parser
 
 DEFAULT_HOST = "127.0.0.1"

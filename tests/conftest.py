@@ -22,3 +22,10 @@ def utc(monkeypatch):
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+@pytest.fixture(autouse=True)
+def own_config_dir(tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's real config folder (user profiles, remembered
+    settings): every test gets an empty one of its own."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from effctx_core.snapshots.tree_file import save_tree, write_tree_file
+
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 
 
@@ -140,7 +142,7 @@ def test_sessions_import_into_a_data_home_that_is_a_file_is_one_line(data_home_i
     tree = SnapshotTree()
     tree.add(None, (), "root", "ab" * 32, label="start")
     exported = tmp_path / "tree.json"
-    tree.export(exported)
+    write_tree_file(tree, exported)
     line = one_error_line(effctx("sessions", "import", str(exported), "--name", "x", env=data_home_is_a_file))
     assert "cannot write session file" in line
 
@@ -236,7 +238,7 @@ def _exported_tree(tmp_path: Path, **node_fields) -> Path:
     tree = SnapshotTree()
     tree.add(None, (), "root", "ab" * 32, label="start")
     path = tmp_path / "tree.json"
-    tree.export(path)
+    write_tree_file(tree, path)
     doc = json.loads(path.read_text())
     doc["nodes"][0].update(node_fields)
     path.write_text(json.dumps(doc))
@@ -271,7 +273,7 @@ def test_a_damaged_session_is_moved_aside_and_never_written_over(tmp_path):
     assert str(caught.value).endswith(f"the file was moved to {moved[0]}")
     tree = SnapshotTree()
     tree.add(None, (), "root", "ab" * 32, label="start")
-    tree.save("talk", tmp_path)  # the next save writes a new file; the damaged one is kept
+    save_tree(tree, "talk", tmp_path)  # the next save writes a new file; the damaged one is kept
     assert moved[0].exists() and len(load_tree("talk", tmp_path)) == 1
 
 

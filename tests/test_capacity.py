@@ -12,20 +12,21 @@ import llama_cpp
 import pytest
 
 from effctx_core.backends.llama import runtime as llama_runtime
-from effctx_core.backends.llama.session import LlamaBackend
-from effctx_core.capacity import (
+from effctx_core.backends.llama.backend import LlamaBackend
+from effctx_core.backends.llama.capacity import (
     CACHE_TYPE_BLOCKS,
     CELL_META_BYTES,
-    KVBytes,
     LayerKVProfile,
     capacity_table,
     hot_context,
     layer_profile_dict,
-    parse_memory,
 )
-from effctx_core.errors import EffctxError
+from effctx_core.backends.llama.settings import KV_CACHE_TYPES
+from effctx_core.capacity import KVBytes
 from effctx_core.contract import ModelFacts
-from effctx_core.profiles import KV_CACHE_TYPES, Profile
+from effctx_core.errors import EffctxError
+from effctx_core.profiles import Profile
+from effctx_core.units import parse_memory
 
 MiB, GiB = 1 << 20, 1 << 30
 

@@ -7,9 +7,9 @@ import pytest
 
 from effctx_core.bench.cell import CellBenchPlan, run_cell_bench
 from effctx_core.bench.smoke import run_passkey
-from effctx_core.errors import Cancelled
 from effctx_core.cancel import CancelToken
 from effctx_core.engine import SessionEngine
+from effctx_core.errors import Cancelled
 from effctx_core.profiles import DEFAULT_PROFILE
 
 PLAN = CellBenchPlan(prompt_tokens=128, decode_tokens=8, rounds=1, passkey_tokens=384, depths=(0.5,))

@@ -52,7 +52,7 @@ def test_a_swap_to_another_kv_type_recomputes_and_says_why(engine):
     tape = engine.tape
     result = engine.swap(load_profile("q8").with_changes(n_ctx=1024))
     assert result.mode == "recompute" and result.recomputed == len(tape)
-    assert "kv_cache_type_k 'f16' -> 'q8_0'" in result.reason
+    assert "kv_settings.kv_cache_type_k 'f16' -> 'q8_0'" in result.reason
     assert engine.tape == tape and list(engine.session.tokens) == list(tape)
     assert engine.complete(" Then", DecodeConfig(max_tokens=2)).reused == len(tape)
     assert len(engine.tree) == 3  # nothing of the tree is lost
@@ -81,6 +81,6 @@ def test_a_cancelled_swap_closes_the_new_cell_and_keeps_the_conversation(engine)
     with pytest.raises(SwapCancelled, match=rf"^swap to q8 cancelled after recomputing 512 of {len(tape)} tokens; still on exact$"):
         engine.swap(load_profile("q8").with_changes(n_ctx=1024))
     assert kinds == ["prefill_chunk", "swap_cancelled"]
-    assert engine.profile.name == "exact" and engine.info.identity.kv_cache_type_k == "f16"
+    assert engine.profile.name == "exact" and engine.info.identity.setting("kv_cache_type_k") == "f16"
     assert engine.tape == tape and list(engine.session.tokens) == list(tape)
     assert engine.complete(" Then", DecodeConfig(max_tokens=2)).reused == len(tape)

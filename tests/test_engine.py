@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from effctx_core.errors import ContextOverflowError
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
+from effctx_core.errors import ContextOverflowError, EffctxError
 from effctx_core.profiles import Profile
 
 PROFILE = Profile(name="engine-test", n_ctx=1024)
@@ -104,11 +104,11 @@ def test_a_new_conversation_drops_the_old_one_at_its_first_turn(engine):
 
 
 def test_cancel_stops_a_prefill_between_chunks_and_the_next_turn_drops_the_part_done(engine):
-    engine.subscribe(lambda e: engine.cancel() if e.kind == "prefill_chunk" else None)
+    unsubscribe = engine.subscribe(lambda e: engine.cancel() if e.kind == "prefill_chunk" else None)
     result = engine.complete("The grass is green. " * 150, DecodeConfig(max_tokens=4))
     assert (result.stop_reason, result.generated, result.prefilled) == ("cancelled", 0, 512)
     assert engine.tape == () and engine.explain().resident_tokens == 512
-    engine._subscribers.clear()
+    unsubscribe()
     after = engine.complete("Hello", DecodeConfig(max_tokens=2))
     assert (after.reused, after.dropped) == (0, 512)
 
@@ -117,3 +117,12 @@ def test_a_stop_text_inside_a_token_keeps_the_reply_text_before_it(engine):
     result = engine.complete("Count: one, two,", DecodeConfig(max_tokens=16, stop=("ree,",)))
     assert (result.stop_reason, result.text) == ("stop", " th")
     assert engine.detokenize(engine.tape) == "Count: one, two,"  # " three" straddles the stop: not kept
+
+
+def test_an_error_before_the_turn_starts_is_an_event_too(default_model):
+    engine = SessionEngine(default_model)  # never opened
+    seen = []
+    engine.subscribe(seen.append)
+    with pytest.raises(EffctxError, match="no open session"):
+        engine.chat("Hello")
+    assert [(e.kind, e.error) for e in seen] == [("error", "EffctxError")]

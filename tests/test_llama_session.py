@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from effctx_core.backends.llama.session import LlamaBackend
+from effctx_core.backends.llama.backend import LlamaBackend
+from effctx_core.contract import DecodeConfig, PrefixCause, SessionSnapshot
 from effctx_core.errors import ContextOverflowError, IdentityMismatchError, SessionFatalError
-from effctx_core.contract import DecodeConfig, SessionSnapshot
 from effctx_core.profiles import Profile
 
 EXACT = Profile(name="exact-test", n_ctx=2048, flash_attn=False, swa_full=True)
@@ -155,7 +155,7 @@ def test_rollback_below_the_sliding_window_reprefills_and_says_why(open_session)
     edited = long[:100] + s.tokenize(" Something else entirely.", add_bos=False)
     far = s.ensure_prefix(edited)
     assert (far.reused, far.prefilled) == (0, len(edited))
-    assert far.reason.startswith("sliding-window rollback limit")
+    assert (far.cause, far.diverged_at, far.rollback_floor) == (PrefixCause.ROLLBACK_LIMIT, 100, limit)
     fresh = open_session(EXACT.with_changes(name="swa-small", swa_full=False))
     fresh.ensure_prefix(edited)
     assert greedy(s) == greedy(fresh)
@@ -171,7 +171,7 @@ def test_a_restored_state_cannot_be_cut_back_inside_its_window(open_session):
     assert other.rollback_limit() == 800
     status = other.ensure_prefix(toks[:700])
     assert (status.reused, status.prefilled) == (0, 700)
-    assert status.reason.startswith("sliding-window rollback limit")
+    assert (status.cause, status.diverged_at, status.rollback_floor) == (PrefixCause.ROLLBACK_LIMIT, 700, 800)
 
 
 def test_a_failed_state_load_poisons_the_session_until_reopened(open_session):
@@ -203,8 +203,13 @@ def test_sampling_with_a_seed_is_repeatable(open_session):
 def test_capabilities_report_what_the_context_can_do(open_session):
     full = open_session().info.capabilities
     windowed = open_session(EXACT.with_changes(name="w", swa_full=False, flash_attn=True)).info.capabilities
-    assert (full.position_shift, full.quantized_v_cache, full.exact_snapshot_replay) == (True, False, True)
-    assert (windowed.position_shift, windowed.quantized_v_cache, windowed.exact_snapshot_replay) == (False, True, False)
+    def flags(caps):
+        return (caps.position_shift.supported, caps.quantized_v.supported, caps.exact_snapshot.supported,
+                caps.rollback_floor)
+
+    assert flags(full) == (True, False, True, None)
+    assert flags(windowed) == (False, True, False, 512)
+    assert not full.attention_scores.supported and full.state_snapshot.supported
 
 
 def test_a_snapshot_without_logits_recomputes_the_last_position(open_session):

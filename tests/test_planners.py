@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from effctx_core.errors import UnsupportedFeatureError
-from effctx_core.residency import BlockClass, BlockTable, Reason, ResidencyReport, Segment
+from effctx_core.residency import BlockClass, BlockFlag, BlockTable, Reason, ResidencyReport, Segment
+from effctx_core.residency.config import ResidencyConfig
 from effctx_core.residency.planners import (
     BudgetPlanner,
     NonePlanner,
@@ -17,7 +18,6 @@ from effctx_core.residency.planners import (
     StreamingPlanner,
     planner_for,
 )
-from effctx_core.profiles import ResidencyConfig
 
 NO_SCORES = PlannerCaps(attention_scores=False)
 SCORES = PlannerCaps(attention_scores=True)
@@ -59,14 +59,14 @@ def test_streaming_keeps_sink_and_recent_and_evicts_the_middle():
 
 
 def test_streaming_evicts_nothing_while_the_tape_fits_its_windows():
-    t = BlockTable.uniform(100, 4)
+    t = BlockTable.from_segments([(Segment.OTHER, 100)], 4)
     plan = StreamingPlanner(sink_tokens=4, recent_tokens=96).plan(t, 100, NO_SCORES)
     assert BlockClass.EVICTED not in plan.cls
 
 
 def test_pinned_blocks_survive_streaming():
     t = conversation()
-    t.pin(100, 110)
+    t.flags[(t.start < 110) & (t.end > 100)] |= np.uint8(BlockFlag.PINNED)
     plan = StreamingPlanner(16, 96).plan(t, 128, NO_SCORES)
     pinned = plan.block(t.block_at(100))
     assert (pinned.cls, pinned.reason) == (BlockClass.HOT, Reason.PINNED)
@@ -91,7 +91,7 @@ def test_budget_goes_least_recently_used_within_a_segment_kind():
 
 
 def test_budget_uses_attention_scores_when_the_backend_has_them():
-    t = BlockTable.uniform(128, 32, Segment.USER)
+    t = BlockTable.from_segments([(Segment.USER, 128)], 32)
     t.score[:] = [0.9, 0.1, 0.5, 0.7]
     plan = BudgetPlanner(0, 0).plan(t, 64, SCORES)
     assert classes(plan) == "HCCH"
@@ -107,19 +107,21 @@ def test_budget_never_brings_back_what_is_gone():
 
 def test_scored_is_refused_without_scores():
     with pytest.raises(UnsupportedFeatureError, match="needs attention scores"):
-        ScoredPlanner(16, 32).plan(conversation(), 256, NO_SCORES)
+        planner_for(ResidencyConfig(policy="scored"), NO_SCORES)
 
 
 def test_scored_keeps_the_heavy_hitters():
-    t = BlockTable.uniform(160, 32, Segment.DOCUMENT)
+    t = BlockTable.from_segments([(Segment.DOCUMENT, 160)], 32)
     t.score[:] = [0.0, 0.2, 0.9, 0.8, 0.0]
     plan = ScoredPlanner(32, 32).plan(t, 96, SCORES)
     assert classes(plan) == "SEHER"
 
 
 def test_the_profile_picks_the_planner():
-    assert planner_for(ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=60, block_size=4)).name == "streaming"
-    assert planner_for(ResidencyConfig(policy="budget")).name == "budget"
+    streaming = ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=60, block_size=4)
+    assert planner_for(streaming, NO_SCORES).name == "streaming"
+    assert planner_for(ResidencyConfig(policy="budget"), NO_SCORES).name == "budget"
+    assert planner_for(ResidencyConfig(policy="scored"), SCORES).name == "scored"
 
 
 @st.composite

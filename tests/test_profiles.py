@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from effctx_core.backends.llama.session import LlamaBackend
+from effctx_core.backends.llama.backend import LlamaBackend
 from effctx_core.profiles import ProfileError, available_profiles, load_profile, profile_from_toml
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))

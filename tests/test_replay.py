@@ -6,9 +6,10 @@ import pytest
 
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
-from effctx_core.profiles import ResidencyConfig, load_profile
-from effctx_core.events.replay import ReplayEngine, ReplayError
 from effctx_core.events.reader import read_trace
+from effctx_core.events.replay import ReplayEngine, ReplayError
+from effctx_core.profiles import load_profile
+from effctx_core.residency.config import ResidencyConfig
 
 STREAMING = load_profile("streaming").with_changes(
     n_ctx=512, residency=ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=380, budget=384, block_size=4)

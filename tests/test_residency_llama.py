@@ -6,10 +6,11 @@ import pytest
 
 from effctx_core.bench.workloads import filler_text
 from effctx_core.contract import DecodeConfig
-from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.engine import SessionEngine
-from effctx_core.profiles import ResidencyConfig, load_profile
+from effctx_core.errors import EffctxError, UnsupportedFeatureError
+from effctx_core.profiles import load_profile
 from effctx_core.residency import BlockClass
+from effctx_core.residency.config import ResidencyConfig
 
 STREAMING = load_profile("streaming").with_changes(
     n_ctx=512, residency=ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=380, budget=384, block_size=4, slide_tokens=32)
@@ -105,7 +106,7 @@ def test_a_policy_that_shifts_is_refused_where_the_context_cannot_shift(default_
 
 def test_the_scored_policy_is_refused_on_llama(default_model):
     profile = STREAMING.with_changes(residency=ResidencyConfig(policy="scored", sink_tokens=4, recent_tokens=380, budget=384, block_size=4))
-    with pytest.raises(EffctxError, match="scored policy needs attention scores, and the llama backend does not supply them"):
+    with pytest.raises(EffctxError, match="scored policy needs attention scores, and this backend does not supply them"):
         SessionEngine(default_model, profile).open()
 
 

@@ -12,11 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import headless_chromium
 import pytest
 
 from effctx_tui import serve as serve_mod
-
-import headless_chromium
 
 _CSI = re.compile(r"\x1b(\[[0-9;?$]*[A-Za-z]|\][^\x07]*\x07)")
 

@@ -17,14 +17,19 @@ import time
 from pathlib import Path
 
 import pytest
+from identities import identity
 
 from effctx_core.contract import SessionSnapshot
 from effctx_core.snapshots import (
-    CorruptSnapshotError, ForeignSnapshotError, SnapshotStore, SnapshotStoreError, key_for, load_snapshot,
+    CorruptSnapshotError,
+    ForeignSnapshotError,
+    SnapshotStore,
+    SnapshotStoreError,
+    key_for,
+    load_snapshot,
     save_snapshot,
 )
 from effctx_core.snapshots.blobfile import BlobDamage, read_blob
-from identities import identity
 
 REPO = str(Path(__file__).resolve().parents[1])
 CHILD_ENV = {**os.environ, "PYTHONPATH": REPO}

@@ -16,19 +16,30 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from identities import identity
 
+from effctx_core.cli import snapshots as snapshots_command
 from effctx_core.cli.options import OneLineParser
-from effctx_core.errors import EffctxError
 from effctx_core.contract import SessionSnapshot
+from effctx_core.errors import EffctxError
 from effctx_core.snapshots import (
-    BUDGET_ENV, AmbiguousSnapshotIdError, SnapshotBudgetError, SnapshotError, SnapshotInUseError,
-    SnapshotNotFoundError, SnapshotStore, SnapshotStoreError, decode, encode, key_for, load_snapshot,
-    save_snapshot, token_hash,
+    BUDGET_ENV,
+    AmbiguousSnapshotIdError,
+    SnapshotBudgetError,
+    SnapshotError,
+    SnapshotInUseError,
+    SnapshotNotFoundError,
+    SnapshotStore,
+    SnapshotStoreError,
+    decode,
+    encode,
+    key_for,
+    load_snapshot,
+    save_snapshot,
+    token_hash,
 )
 from effctx_core.snapshots.blobfile import HEADER_BYTES
 from effctx_core.snapshots.budget import BUDGET_CAP, BUDGET_FLOOR, default_budget
-from effctx_core.cli import snapshots as snapshots_command
-from identities import identity
 
 T0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
 

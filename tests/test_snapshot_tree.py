@@ -21,7 +21,14 @@ from effctx_core.snapshots.tree import (
     SnapshotTree,
     SnapshotTreeError,
 )
-from effctx_core.snapshots.tree_file import encode_tree
+from effctx_core.snapshots.tree_file import (
+    encode_tree,
+    list_sessions,
+    load_tree,
+    read_tree_file,
+    save_tree,
+    write_tree_file,
+)
 
 D = "digest"
 
@@ -368,15 +375,15 @@ def rich_tree() -> SnapshotTree:
 
 
 def test_save_writes_under_data_dir_sessions(data_home):
-    path = rich_tree().save("my-session")
+    path = save_tree(rich_tree(), "my-session")
     assert path == data_home / "sessions" / "my-session.json"
     assert json.loads(path.read_text())["version"] == 1
 
 
 def test_save_load_round_trip(data_home):
     t = rich_tree()
-    t.save("s1")
-    u = SnapshotTree.load("s1")
+    save_tree(t, "s1")
+    u = load_tree("s1")
     assert list(u) == list(t)
     assert (u.current, u.next_id, u.name) == (t.current, t.next_id, "s1")
     assert [u.tape(n.id) for n in u] == [t.tape(n.id) for n in t]
@@ -384,45 +391,45 @@ def test_save_load_round_trip(data_home):
 
 def test_loaded_tree_keeps_growing_with_fresh_ids(data_home):
     t = rich_tree()
-    t.save("s1")
-    u = SnapshotTree.load("s1")
+    save_tree(t, "s1")
+    u = load_tree("s1")
     assert u.add(u.current, [1], "turn", D).id == f"n{t.next_id}"
 
 
 def test_empty_tree_round_trip(data_home):
-    SnapshotTree().save("empty")
-    u = SnapshotTree.load("empty")
+    save_tree(SnapshotTree(), "empty")
+    u = load_tree("empty")
     assert (len(u), u.current, u.root) == (0, None, None)
 
 
 def test_list_sessions_is_sorted_and_skips_other_files(data_home):
-    rich_tree().save("b")
-    rich_tree().save("a")
+    save_tree(rich_tree(), "b")
+    save_tree(rich_tree(), "a")
     (data_home / "sessions" / "notes.txt").write_text("x")
     (data_home / "sessions" / ".a.json.123.tmp").write_text("x")
-    assert SnapshotTree.list_sessions() == ["a", "b"]
+    assert list_sessions() == ["a", "b"]
 
 
 def test_list_sessions_without_directory_is_empty(data_home):
-    assert SnapshotTree.list_sessions() == []
+    assert list_sessions() == []
 
 
 def test_export_import_round_trip(tmp_path):
     t = rich_tree()
-    t.export(tmp_path / "out" / "tree.json")
-    u = SnapshotTree.import_(tmp_path / "out" / "tree.json")
+    write_tree_file(t, tmp_path / "out" / "tree.json")
+    u = read_tree_file(tmp_path / "out" / "tree.json")
     assert (list(u), u.current, u.blobs()) == (list(t), t.current, {"c" * 64})
 
 
 @pytest.mark.parametrize("name", ["", "../x", "a/b", "a\\b", ".hidden", "x" * 65, "a b", "é"])
 def test_invalid_session_names_are_refused(data_home, name):
     with pytest.raises(SessionNameError, match="invalid session name"):
-        SnapshotTree().save(name)
+        save_tree(SnapshotTree(), name)
 
 
 def test_load_missing_session_names_it(data_home):
     with pytest.raises(SessionFileError, match="no saved session 'nope'"):
-        SnapshotTree.load("nope")
+        load_tree("nope")
 
 
 def good_doc() -> dict:
@@ -460,7 +467,7 @@ def test_corrupt_session_file_raises_one_line_error_naming_file(tmp_path, case):
     path = tmp_path / "bad.json"
     path.write_bytes(data)
     with pytest.raises(SessionFileError) as err:
-        SnapshotTree.import_(path)
+        read_tree_file(path)
     text = str(err.value)
     assert message in text
     assert text.startswith(f"{path}: ")
@@ -469,7 +476,7 @@ def test_corrupt_session_file_raises_one_line_error_naming_file(tmp_path, case):
 
 def test_unreadable_session_file_raises_session_file_error(tmp_path):
     with pytest.raises(SessionFileError, match="session file is a directory, not a file"):
-        SnapshotTree.import_(tmp_path)  # a directory
+        read_tree_file(tmp_path)  # a directory
 
 
 # ---------------------------------------------------------------------- random sequences
@@ -568,11 +575,11 @@ class TreeMachine(RuleBasedStateMachine):
     def save_load(self, via_export):
         before = list(self.tree)
         if via_export:
-            self.tree.export(self.dir / "x.json")
-            self.tree = SnapshotTree.import_(self.dir / "x.json")
+            write_tree_file(self.tree, self.dir / "x.json")
+            self.tree = read_tree_file(self.dir / "x.json")
         else:
-            self.tree.save("machine", directory=self.dir)
-            self.tree = SnapshotTree.load("machine", directory=self.dir)
+            save_tree(self.tree, "machine", directory=self.dir)
+            self.tree = load_tree("machine", directory=self.dir)
         assert list(self.tree) == before
 
     @rule(data=st.data(), extra=TOKENS, with_blob=st.booleans())

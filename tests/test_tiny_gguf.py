@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from llama_cpp import Llama, LogitsProcessorList
 from llama_cpp.llama_types import CreateCompletionResponse
-
 from tiny_gguf import (
     BOS_ID,
     N_EMBD,

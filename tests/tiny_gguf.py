@@ -15,7 +15,8 @@ The tokenizer is a SentencePiece ("llama") vocabulary that llama.cpp builds with
 network: the three specials, the 256 byte-fallback tokens and a few hundred pieces
 (characters, and "▁"-words with every prefix, since llama.cpp's SPM tokenizer only ever
 merges two adjacent pieces whose concatenation is itself in the vocabulary). Any text
-round-trips exactly: what the pieces do not cover falls back to bytes.
+round-trips exactly: what the pieces do not cover falls back to bytes. Chat-template
+tests can append control tokens (``special_tokens``), one of them the end of a turn.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ _WORDS: Final = (
 _PUNCTUATION: Final = " .,!?;:'\"-()[]{}<>/\\@#$%^&*+=_|~`"
 
 
-def _build_vocab() -> tuple[list[str], list[float], list[int]]:
-    """The token texts, scores and types, in id order.
+def _build_vocab(special_tokens: tuple[str, ...] = ()) -> tuple[list[str], list[float], list[int]]:
+    """The token texts, scores and types, in id order; ``special_tokens`` are appended as
+    CONTROL tokens after the base vocabulary, so every base id stays what it is.
 
     Scores only order llama.cpp's merges (the higher-scored pair merges first); any
     merge in the vocabulary is eventually taken, so longer pieces get higher scores
@@ -126,6 +128,16 @@ def _build_vocab() -> tuple[list[str], list[float], list[int]]:
         tokens.append(piece)
         types.append(gguf.TokenType.NORMAL)
         scores.append(-1000.0 + 10.0 * len(piece) - len(tokens) * 1e-3)
+
+    for special in special_tokens:
+        if special in seen:
+            raise ValueError(f"special token {special!r} is already in the vocabulary")
+        seen.add(special)
+        tokens.append(special)
+        # CONTROL: llama.cpp matches the text as this one token only when asked to parse
+        # special tokens, and renders it as nothing in an ordinary detokenization.
+        types.append(gguf.TokenType.CONTROL)
+        scores.append(0.0)
     return tokens, scores, types
 
 
@@ -133,7 +145,7 @@ VOCAB: Final = tuple(_build_vocab()[0])
 N_VOCAB: Final = len(VOCAB)
 
 
-def _tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
+def _tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
     """The weights, named and shaped as llama.cpp's llama loader expects.
 
     numpy shapes are (rows, cols) = (out_features, in_features); GGUF stores dimensions
@@ -150,7 +162,7 @@ def _tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
 
     q_dim = N_HEAD * HEAD_DIM
     kv_dim = N_HEAD_KV * HEAD_DIM
-    out: list[tuple[str, np.ndarray]] = [("token_embd.weight", matrix(N_VOCAB, N_EMBD))]
+    out: list[tuple[str, np.ndarray]] = [("token_embd.weight", matrix(n_vocab, N_EMBD))]
     for i in range(N_LAYER):
         out += [
             (f"blk.{i}.attn_norm.weight", norm()),
@@ -165,7 +177,7 @@ def _tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
         ]
     out += [
         ("output_norm.weight", norm()),
-        ("output.weight", matrix(N_VOCAB, N_EMBD)),  # untied, as in most llama checkpoints
+        ("output.weight", matrix(n_vocab, N_EMBD)),  # untied, as in most llama checkpoints
     ]
     return out
 
@@ -176,6 +188,8 @@ def write_tiny_llama_gguf(
     chat_template: str | None = None,
     seed: int = 0,
     n_ctx_train: int = 2048,
+    special_tokens: tuple[str, ...] = (),
+    eot_token: str | None = None,
 ) -> Path:
     """Write the tiny random llama to ``path`` and return ``path``.
 
@@ -187,11 +201,18 @@ def write_tiny_llama_gguf(
     ``tokenizer.chat_template`` for chat-formatting code paths; when not, the key is
     absent, as in a base model.
 
+    ``special_tokens`` are added as CONTROL tokens with ids ``N_VOCAB``, ``N_VOCAB + 1``...
+    in order (the weights grow by as many rows, so the file differs from one without
+    them); ``eot_token``, one of them, is written as the end-of-turn token, which
+    llama.cpp ends generation on, as ``<|im_end|>`` in a ChatML model. EOS stays ``</s>``.
+
     The file is written beside ``path`` under a temporary name and moved into place, so
     a reader never sees a half-written model and a failed write leaves nothing behind.
     """
     path = Path(path)
-    tokens, scores, types = _build_vocab()
+    if eot_token is not None and eot_token not in special_tokens:
+        raise ValueError(f"the end-of-turn token {eot_token!r} is not one of the special tokens")
+    tokens, scores, types = _build_vocab(special_tokens)
     rng = np.random.default_rng(seed)
 
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -202,7 +223,7 @@ def write_tiny_llama_gguf(
         writer.add_name(MODEL_NAME)
         writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
 
-        writer.add_vocab_size(N_VOCAB)
+        writer.add_vocab_size(len(tokens))
         writer.add_context_length(n_ctx_train)
         writer.add_embedding_length(N_EMBD)
         writer.add_block_count(N_LAYER)
@@ -223,13 +244,15 @@ def write_tiny_llama_gguf(
         writer.add_unk_token_id(UNK_ID)
         writer.add_bos_token_id(BOS_ID)
         writer.add_eos_token_id(EOS_ID)
+        if eot_token is not None:
+            writer.add_eot_token_id(tokens.index(eot_token))
         writer.add_add_bos_token(True)
         writer.add_add_eos_token(False)
         writer.add_add_space_prefix(True)
         if chat_template is not None:
             writer.add_chat_template(chat_template)
 
-        for name, tensor in _tensors(rng):
+        for name, tensor in _tensors(rng, len(tokens)):
             writer.add_tensor(name, tensor)
 
         writer.write_header_to_file()

@@ -1,16 +1,63 @@
-"""Backends by name. Imported lazily so a command loads only the runtime it uses."""
+"""The one list of backends: their names, the package each lives in, and what they check
+in a profile. A backend's package is imported only when it is used, so a command loads
+only the runtime it needs, and a profile can be checked without loading any runtime."""
 
 from __future__ import annotations
 
-from effctx_core.contract import Backend
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from effctx_core.errors import EffctxError
 
-BACKENDS = ("llama",)
+if TYPE_CHECKING:
+    from effctx_core.contract import Backend
+    from effctx_core.profiles import Profile
 
 
-def get_backend(name: str) -> Backend:
-    if name == "llama":
-        from effctx_core.backends.llama.session import LlamaBackend
+@dataclass(frozen=True)
+class BackendEntry:
+    name: str
+    summary: str
+    # The package holding backend.py (the Backend class) and settings.py (its profile
+    # checks); None for a backend the design names that this build does not ship.
+    package: str | None
+    backend_class: str = ""
+    missing: str = ""  # why a backend without a package cannot run
 
-        return LlamaBackend()
-    raise EffctxError(f"unknown backend {name!r} (available: {', '.join(BACKENDS)})")
+    @property
+    def available(self) -> bool:
+        return self.package is not None
+
+
+REGISTRY: dict[str, BackendEntry] = {
+    entry.name: entry for entry in (
+        BackendEntry("llama", "llama-cpp-python (llama.cpp)", "effctx_core.backends.llama", "LlamaBackend"),
+        BackendEntry("openvino", "openvino-genai", None, missing="openvino-genai is not part of this build yet"),
+    )
+}
+# The backends this build can run.
+BACKENDS = tuple(name for name, e in REGISTRY.items() if e.available)
+
+
+def entry(name: str) -> BackendEntry:
+    found = REGISTRY.get(name)
+    if found is None:
+        raise EffctxError(f"unknown backend {name!r} (available: {', '.join(BACKENDS)})")
+    if found.package is None:
+        raise EffctxError(f"backend {name!r} cannot run here: {found.missing}")
+    return found
+
+
+def get_backend(name: str) -> "Backend":
+    found = entry(name)
+    module = importlib.import_module(f"{found.package}.backend")
+    backend: Backend = getattr(module, found.backend_class)()
+    return backend
+
+
+def profile_problems(profile: "Profile", where: str) -> list[str]:
+    """What the profile's backend finds wrong with its settings, one line each."""
+    settings = importlib.import_module(f"{entry(profile.backend).package}.settings")
+    problems: list[str] = settings.check_profile(profile, where)
+    return problems

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from effctx_core.bench.overhead import OverheadReport, run_overhead
+from effctx_core.bench.smoke import ANSWER_TOKENS, PasskeyTrial, run_passkey
 from effctx_core.cancel import CancelToken
 from effctx_core.engine import SessionEngine
 from effctx_core.profiles import Profile
-from effctx_core.bench.overhead import OverheadReport, run_overhead
-from effctx_core.bench.smoke import ANSWER_TOKENS, PasskeyTrial, run_passkey
 
 ProgressFn = Callable[[str, int, int], None]  # message, steps done, steps
 
@@ -64,7 +64,8 @@ class CellBenchReport:
         engine = t.to_dict()["engine"]
         length = self.trials[0].length if self.trials else 0
         return (f"{self.profile}: prefill {engine['prefill_tps']:.0f} tok/s, decode {engine['decode_tps']:.1f} tok/s "
-                f"(engine/direct {t.prefill_ratio:.3f} / {t.decode_ratio:.3f}) · "
+                f"(engine/direct {t.prefill_ratio:.3f} / {t.decode_ratio:.3f}, "
+                f"engine/library {t.library_prefill_ratio:.3f} / {t.library_decode_ratio:.3f}) · "
                 f"passkey {self.found}/{len(self.trials)} found at {length} tokens")
 
 

@@ -1,33 +1,39 @@
-"""`effctx bench overhead`: what the engine costs over calling llama.cpp directly.
+"""`effctx bench overhead`: what the engine costs over the backend's plain loop, and how it
+compares with what a user would run instead (the library's own high-level API).
 
-Both sides run in this process on the same loaded model, the same context parameters
-and the same prompt, alternating round by round so that drift in CPU load hits both.
+All three run in this process with the same profile (context settings, thread count) and
+the same prompt, in a rotating order round by round, so drift in CPU load hits each alike.
+The backend supplies both baselines (`Backend.baseline`); this module knows no runtime.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-import llama_cpp
-
-from effctx_core.backends.llama.session import LlamaSession
-from effctx_core.errors import Cancelled
-from effctx_core.cancel import CancelToken
-from effctx_core.backends.llama.runtime import LoadedModel, load_model
-from effctx_core.contract import DecodeConfig
-from effctx_core.engine import SessionEngine
-from effctx_core.profiles import Profile
+from effctx_core.backends.registry import get_backend
 from effctx_core.bench.workloads import filler_text
+from effctx_core.cancel import CancelToken
+from effctx_core.contract import BaselineRun, DecodeConfig
+from effctx_core.engine import SessionEngine
+from effctx_core.errors import Cancelled
+from effctx_core.profiles import Profile
 
 
 @dataclass(frozen=True)
 class Rates:
     prefill_tps: float
     decode_tps: float
+
+    @classmethod
+    def of(cls, run: BaselineRun) -> "Rates":
+        return cls(_rate(run.prefill_tokens, run.prefill_ms), _rate(run.decode_tokens, run.decode_ms))
+
+
+def _rate(tokens: int, ms: float) -> float:
+    return tokens / (ms / 1000.0) if ms > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -37,85 +43,68 @@ class OverheadReport:
     rounds: int
     raw: list[Rates]
     engine: list[Rates]
+    library: list[Rates]
+    raw_name: str = "raw loop"
+    library_name: str = "library"
 
-    def _median(self, side: list[Rates], field: str) -> float:
+    @staticmethod
+    def _median(side: list[Rates], field: str) -> float:
         return statistics.median(getattr(r, field) for r in side)
 
-    def _ratio(self, field: str) -> float:
-        # The median of per-round ratios: each round's two runs sit next to each other
-        # in time, so a slow spell on a shared CPU cancels out within the pair.
-        return statistics.median(getattr(e, field) / getattr(r, field) for e, r in zip(self.engine, self.raw))
+    def _ratio(self, field: str, against: list[Rates]) -> float:
+        # The median of per-round ratios: each round's runs sit next to each other in
+        # time, so a slow spell on a shared CPU cancels out within the round.
+        return statistics.median(getattr(e, field) / getattr(r, field) for e, r in zip(self.engine, against))
 
     @property
     def prefill_ratio(self) -> float:
-        return self._ratio("prefill_tps")
+        return self._ratio("prefill_tps", self.raw)
 
     @property
     def decode_ratio(self) -> float:
-        return self._ratio("decode_tps")
+        return self._ratio("decode_tps", self.raw)
+
+    @property
+    def library_prefill_ratio(self) -> float:
+        return self._ratio("prefill_tps", self.library)
+
+    @property
+    def library_decode_ratio(self) -> float:
+        return self._ratio("decode_tps", self.library)
+
+    def _side(self, side: list[Rates]) -> dict:
+        return {"prefill_tps": self._median(side, "prefill_tps"), "decode_tps": self._median(side, "decode_tps"),
+                "per_round": [asdict(r) for r in side]}
 
     def to_dict(self) -> dict:
         return {
             "prompt_tokens": self.prompt_tokens,
             "decode_tokens": self.decode_tokens,
             "rounds": self.rounds,
-            "raw": {"prefill_tps": self._median(self.raw, "prefill_tps"), "decode_tps": self._median(self.raw, "decode_tps"),
-                    "per_round": [asdict(r) for r in self.raw]},
-            "engine": {"prefill_tps": self._median(self.engine, "prefill_tps"), "decode_tps": self._median(self.engine, "decode_tps"),
-                       "per_round": [asdict(r) for r in self.engine]},
+            "raw": {**self._side(self.raw), "name": self.raw_name},
+            "engine": self._side(self.engine),
+            "library": {**self._side(self.library), "name": self.library_name},
             "prefill_ratio": round(self.prefill_ratio, 4),
             "decode_ratio": round(self.decode_ratio, 4),
+            "library_prefill_ratio": round(self.library_prefill_ratio, 4),
+            "library_decode_ratio": round(self.library_decode_ratio, 4),
         }
 
     def table(self) -> str:
-        lines = [
-            f"prompt {self.prompt_tokens} tokens, {self.decode_tokens} decoded, {self.rounds} alternating rounds",
-            f"{'median':8}{'prefill tok/s':>15}{'decode tok/s':>15}",
-            f"{'raw':8}{self._median(self.raw, 'prefill_tps'):>15.1f}{self._median(self.raw, 'decode_tps'):>15.1f}",
-            f"{'engine':8}{self._median(self.engine, 'prefill_tps'):>15.1f}{self._median(self.engine, 'decode_tps'):>15.1f}",
-            f"{'ratio':8}{self.prefill_ratio:>15.3f}{self.decode_ratio:>15.3f}   (median of per-round engine/raw)",
-        ]
-        return "\n".join(lines)
+        def row(label: str, side: list[Rates]) -> str:
+            return f"{label:9}{self._median(side, 'prefill_tps'):>15.1f}{self._median(side, 'decode_tps'):>15.1f}"
 
-
-def _raw_round(model: LoadedModel, profile: Profile, prompt: list[int], n_decode: int) -> Rates:
-    """The plain loop from shared/notes: llama_decode in n_batch chunks, greedy sampling."""
-    session = LlamaSession(model, profile, llama_cpp.__version__)  # same context parameters
-    ctx = session._ctx
-    n_batch = profile.n_batch
-    batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-    sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
-
-    def decode(tokens: list[int], pos0: int) -> None:
-        for i in range(0, len(tokens), n_batch):
-            chunk = tokens[i : i + n_batch]
-            batch.n_tokens = len(chunk)
-            for j, tok in enumerate(chunk):
-                batch.token[j] = tok
-                batch.pos[j] = pos0 + i + j
-                batch.n_seq_id[j] = 1
-                batch.seq_id[j][0] = 0
-                batch.logits[j] = 0
-            batch.logits[len(chunk) - 1] = 1
-            if llama_cpp.llama_decode(ctx, batch) != 0:
-                raise RuntimeError("llama_decode failed in the raw benchmark loop")
-
-    try:
-        t0 = time.perf_counter_ns()
-        decode(prompt, 0)
-        t1 = time.perf_counter_ns()
-        pos = len(prompt)
-        for _ in range(n_decode):
-            token = llama_cpp.llama_sampler_sample(sampler, ctx, -1)
-            decode([token], pos)
-            pos += 1
-        t2 = time.perf_counter_ns()
-    finally:
-        llama_cpp.llama_sampler_free(sampler)
-        llama_cpp.llama_batch_free(batch)
-        session.close()
-    return Rates(len(prompt) / ((t1 - t0) / 1e9), n_decode / ((t2 - t1) / 1e9))
+        return "\n".join([
+            f"prompt {self.prompt_tokens} tokens, {self.decode_tokens} decoded, {self.rounds} rotating rounds",
+            f"raw: {self.raw_name}; library: {self.library_name}",
+            f"{'median':9}{'prefill tok/s':>15}{'decode tok/s':>15}",
+            row("raw", self.raw),
+            row("library", self.library),
+            row("engine", self.engine),
+            f"{'/ raw':9}{self.prefill_ratio:>15.3f}{self.decode_ratio:>15.3f}   (median of per-round engine/raw)",
+            f"{'/ library':9}{self.library_prefill_ratio:>15.3f}{self.library_decode_ratio:>15.3f}"
+            "   (median of per-round engine/library)",
+        ])
 
 
 def _engine_round(model_path: Path, profile: Profile, prompt_text: str, n_decode: int,
@@ -132,6 +121,17 @@ def _engine_round(model_path: Path, profile: Profile, prompt_text: str, n_decode
     return Rates(result.prefill_tps, result.decode_tps), result.generated
 
 
+def _prompt(model_path: Path, profile: Profile, prompt_tokens: int) -> tuple[str, list[int]]:
+    engine = SessionEngine(model_path, profile)
+    try:
+        engine.open()
+        session = engine.session
+        text = filler_text(session.tokenize, prompt_tokens)
+        return text, session.tokenize(text, add_bos=session.info.facts.add_bos)
+    finally:
+        engine.close()
+
+
 def run_overhead(
     model_path: Path,
     profile: Profile,
@@ -142,26 +142,32 @@ def run_overhead(
     cancel: CancelToken | None = None,
 ) -> OverheadReport:
     """`progress(message, steps done, steps)` before each step (the warm-up, then the
-    rounds). A `cancel` stops the engine's side at once and the raw loop after its round:
-    the plain loop stays free of checks, it is the baseline."""
+    rounds). A `cancel` stops the engine's side at once and a baseline after its run:
+    the baselines stay free of checks."""
     cancel = cancel or CancelToken()
-    model = load_model(model_path)
-    text = filler_text(model.tokenize, prompt_tokens)
-    prompt = model.tokenize(text, add_bos=model.facts.add_bos)
+    text, prompt = _prompt(model_path, profile, prompt_tokens)
     progress(f"warming up ({len(prompt)}-token prompt)", 0, rounds + 1)
-    # The engine may stop at an end-of-generation token; the raw loop then decodes
-    # exactly as many tokens, so both rates count the same tokens.
+    # The engine may stop at an end-of-generation token; the baselines then decode
+    # exactly as many tokens, so every rate counts the same tokens.
     _, n_decode = _engine_round(model_path, profile, text, decode_tokens, cancel)
-    raw, eng = [], []
-    for i in range(rounds):
-        cancel.check("benchmark")
-        progress(f"round {i + 1}/{rounds}", i + 1, rounds + 1)
-        # ABBA order: a drift in CPU load over a round does not favour either side.
-        if i % 2 == 0:
-            raw.append(_raw_round(model, profile, prompt, n_decode))
-            cancel.check("benchmark")
-            eng.append(_engine_round(model_path, profile, text, n_decode, cancel)[0])
-        else:
-            eng.append(_engine_round(model_path, profile, text, n_decode, cancel)[0])
-            raw.append(_raw_round(model, profile, prompt, n_decode))
-    return OverheadReport(len(prompt), n_decode, rounds, raw, eng)
+    baseline = get_backend(profile.backend).baseline(model_path, profile)
+    raw: list[Rates] = []
+    eng: list[Rates] = []
+    lib: list[Rates] = []
+    try:
+        baseline.raw(prompt, n_decode)  # the warm-up of the baselines' own contexts
+        baseline.library(prompt, n_decode)
+        sides: list[Callable[[], None]] = [
+            lambda: raw.append(Rates.of(baseline.raw(prompt, n_decode))),
+            lambda: eng.append(_engine_round(model_path, profile, text, n_decode, cancel)[0]),
+            lambda: lib.append(Rates.of(baseline.library(prompt, n_decode))),
+        ]
+        for i in range(rounds):
+            progress(f"round {i + 1}/{rounds}", i + 1, rounds + 1)
+            # Each round starts with the next side: none is always first or last.
+            for k in range(len(sides)):
+                cancel.check("benchmark")
+                sides[(i + k) % len(sides)]()
+    finally:
+        baseline.close()
+    return OverheadReport(len(prompt), n_decode, rounds, raw, eng, lib, baseline.name, baseline.library_name)

@@ -11,6 +11,7 @@ from effctx_core.residency import BlockTable, Segment
 from effctx_core.residency.planners import (
     BudgetPlanner,
     NonePlanner,
+    Planner,
     PlannerCaps,
     ScoredPlanner,
     StreamingPlanner,
@@ -24,7 +25,7 @@ def conversation_tape(n_tokens: int, block_size: int, seed: int = 0) -> BlockTab
     kinds = [Segment.USER, Segment.ASSISTANT, Segment.TOOL, Segment.DOCUMENT]
     segments, done = [(Segment.SYSTEM, 2000)], 2000
     while done < n_tokens:
-        n = int(min(rng.integers(200, 8000), n_tokens - done))
+        n = min(int(rng.integers(200, 8000)), n_tokens - done)
         segments.append((kinds[len(segments) % len(kinds)], n))
         done += n
     table = BlockTable.from_segments(segments, block_size, turn_of_segment=list(range(len(segments))))
@@ -36,7 +37,7 @@ def run_planner_benchmark(n_tokens: int, block_size: int, repeats: int = 30) -> 
     table = conversation_tape(n_tokens, block_size)
     budget = n_tokens // 10
     sink, recent = block_size, 64 * block_size
-    cases = [
+    cases: list[tuple[str, Planner, PlannerCaps]] = [
         ("none", NonePlanner(), PlannerCaps()),
         ("streaming", StreamingPlanner(sink, recent), PlannerCaps()),
         ("budget", BudgetPlanner(sink, recent), PlannerCaps()),

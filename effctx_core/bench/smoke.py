@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
-from effctx_core.errors import Cancelled
+from effctx_core.bench.workloads import passkey_prompt
 from effctx_core.cancel import CancelToken
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
-from effctx_core.bench.workloads import passkey_prompt
+from effctx_core.errors import Cancelled
 
 ANSWER_TOKENS = 16
 

@@ -16,14 +16,10 @@ PASSKEY_INTRO = (
 PASSKEY_QUESTION = "\n\nWhat is the pass key? The pass key is"
 
 
-def _fill(tokenize: Tokenize, n_tokens: int) -> str:
-    per = max(1, len(tokenize(FILLER_SENTENCE, False)))
-    return FILLER_SENTENCE * max(1, n_tokens // per)
-
-
 def filler_text(tokenize: Tokenize, n_tokens: int) -> str:
     """About n_tokens tokens of repetitive filler."""
-    return _fill(tokenize, n_tokens)
+    per = max(1, len(tokenize(FILLER_SENTENCE, False)))
+    return FILLER_SENTENCE * max(1, n_tokens // per)
 
 
 @dataclass(frozen=True)
@@ -37,12 +33,12 @@ class PasskeyPrompt:
 def passkey_prompt(tokenize: Tokenize, n_tokens: int, depth: float, seed: int) -> PasskeyPrompt:
     """A 5-digit key hidden at `depth` (0..1) of about n_tokens tokens of filler.
 
-    The wording is the one measured in shared/notes (13/13 found at 0.5k-4k tokens).
+    The default model found 13 of 13 keys in this wording at 0.5k-4k tokens.
     """
     key = str(random.Random(seed).randint(10000, 99999))
     needle = f" The pass key is {key}. Remember it. {key} is the pass key. "
     overhead = len(tokenize(PASSKEY_INTRO + needle + PASSKEY_QUESTION, False))
-    sentences = _fill(tokenize, max(0, n_tokens - overhead)).split(". ")
+    sentences = filler_text(tokenize, max(0, n_tokens - overhead)).split(". ")
     cut = int(len(sentences) * depth)
     before = ". ".join(sentences[:cut]) + (". " if cut else "")
     after = ". ".join(sentences[cut:])

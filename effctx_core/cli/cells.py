@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         caps = c.info.capabilities if c.info else None
         print(f"{c.backend:9}{c.profile:14}{(c.info.n_ctx if c.info else 0):>7}  {kv:12}"
               f"{('on' if p and p.flash_attn else 'off') if p else '-':4}{(p.residency.policy if p else '-'):11}"
-              f"{('yes' if caps and caps.position_shift else 'no') if caps else '-':7}"
-              f"{('yes' if caps and caps.exact_snapshot_replay else 'no') if caps else '-':7}"
+              f"{('yes' if caps.position_shift.supported else 'no') if caps else '-':7}"
+              f"{('yes' if caps.exact_snapshot.supported else 'no') if caps else '-':7}"
               f"{'ok: ' if c.runnable else 'unsupported: '}{c.reason}")
     return 0

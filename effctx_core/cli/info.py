@@ -8,6 +8,7 @@ import json
 from effctx_core.cli.options import add_runtime_options, model_from_args, profile_from_args
 from effctx_core.cli.profiles import profile_dict
 from effctx_core.contract import ModelInfo
+from effctx_core.transcript import chat_format_report
 
 
 def add_parser(sub) -> None:
@@ -44,51 +45,32 @@ def info_dict(info: ModelInfo) -> dict:
             "eos_token_id": f.eos_token_id,
             "add_bos": f.add_bos,
             "chat_template": f.chat_template,
-            "chat_format": info.identity.chat_format,
+            "chat_format": info.identity.prompt_template,
+            "chat_format_reason": chat_format_report(f)[1],
         },
         "backend": {"name": info.backend, "version": info.backend_version},
-        "identity": {**info.identity.to_dict(), "digest": info.identity.digest()},
+        # The backend's settings also at the top level, and chat_format, where the JSON
+        # had them before the identity took a backend-supplied mapping.
+        "identity": {**info.identity.to_dict(), **info.identity.settings, "chat_format": info.identity.prompt_template,
+                     "digest": info.identity.digest()},
         "n_ctx": info.n_ctx,
-        "n_batch": info.n_batch,
-        "capabilities": {
-            "position_shift": caps.position_shift,
-            "quantized_v_cache": caps.quantized_v_cache,
-            "exact_snapshot_replay": caps.exact_snapshot_replay,
-            "safe_rollback": caps.safe_rollback_tokens,
-            "reasons": caps.reasons,
-        },
+        "capabilities": caps.to_dict(),
         "limits": [{"name": lim.name, "tokens": lim.tokens, "reason": lim.reason} for lim in info.limits],
     }
 
 
 def run(args: argparse.Namespace) -> int:
     from effctx_core.backends.registry import get_backend
-    from effctx_core.capacity import (
-        LayerKVProfile,
-        capacity_table,
-        format_bytes,
-        layer_profile_dict,
-        parse_memory,
-    )
+    from effctx_core.units import format_bytes, parse_memory
 
     memory = parse_memory(args.memory)
     profile = profile_from_args(args)
-    info = get_backend(profile.backend).describe(model_from_args(args, profile), profile)
+    backend = get_backend(profile.backend)
+    info = backend.describe(model_from_args(args, profile), profile)
     data = info_dict(info)
+    data["n_batch"] = profile.n_batch
     data["profile"] = profile_dict(profile)
-    layers = LayerKVProfile.from_facts(info.facts, profile.kv_cache_type_k, profile.kv_cache_type_v)
-    data["layer_profile"] = {
-        **layer_profile_dict(layers),
-        "cache_bytes": layers.cache_bytes(info.n_ctx, profile.n_batch, profile.swa_full).total,
-        "n_ctx": info.n_ctx,
-        "swa_full": profile.swa_full,
-    }
-    data["capacity"] = {
-        "memory_bytes": memory,
-        "swa_full": profile.swa_full,
-        "n_ctx_limit": None,
-        "rows": capacity_table(info.facts, memory, None, profile.swa_full, profile.n_batch),
-    }
+    data.update(backend.capacity_report(info, profile, memory))
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -103,17 +85,15 @@ def run(args: argparse.Namespace) -> int:
               f"({m['global_layers_rule']})")
     else:
         print("attention    every layer global")
-    print(f"chat         {'template in the model' if m['chat_template'] else 'no chat template'}; "
-          f"effctx uses {m['chat_format']}")
+    print(f"chat         {m['chat_format_reason']}")
     print(f"backend      {data['backend']['name']} {data['backend']['version']}, n_ctx {data['n_ctx']}, "
           f"n_batch {data['n_batch']}")
     print(f"profile      {profile.name}: {profile.description or 'no description'}")
     print(f"identity     {data['identity']['digest'][:16]}")
     print("capabilities")
-    caps = data["capabilities"]
-    for key in ("position_shift", "quantized_v_cache", "exact_snapshot_replay"):
-        print(f"  {key:22} {'yes' if caps[key] else 'no ':3}  {caps['reasons'][key]}")
-    print(f"  {'safe_rollback':22} {caps['safe_rollback']}")
+    for key, cap in info.capabilities.flags().items():
+        print(f"  {key:22} {'yes' if cap.supported else 'no ':3}  {cap.reason}")
+    print(f"  {'safe_rollback':22} {info.capabilities.safe_rollback}")
     print("context limits")
     for lim in data["limits"]:
         print(f"  {lim['name']:10} {lim['tokens']:>7} tokens  {lim['reason']}")

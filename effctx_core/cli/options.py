@@ -9,7 +9,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 from effctx_core.contract import DecodeConfig
 from effctx_core.errors import EffctxError
@@ -20,7 +20,7 @@ EXIT_BAD_INPUT = 2
 
 
 class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not usage + error
+    def error(self, message: str) -> NoReturn:  # one line, not usage + error
         raise EffctxError(message)
 
 
@@ -104,11 +104,11 @@ def warn(messages: list[str]) -> None:
 def check_model_arg(args: argparse.Namespace, profile: Profile) -> None:
     """A model file the user named, checked before any work (the default model is
     prepared later, with progress)."""
-    from effctx_core.models import check_gguf_file
+    from effctx_core.backends.registry import get_backend
 
     named = args.model or profile.model
     if named is not None:
-        check_gguf_file(Path(named).expanduser())
+        get_backend(profile.backend).check_model(Path(named).expanduser())
 
 
 def model_from_args(args: argparse.Namespace, profile: Profile) -> Path:
@@ -148,7 +148,7 @@ def check_run_inputs(args: argparse.Namespace, *traces: str | None) -> RunInputs
 def stderr_progress():
     """Progress for long set-up steps: a live line on a terminal, a few lines otherwise."""
     tty = sys.stderr.isatty()
-    last = {"stage": None, "step": -1}
+    last: dict[str, str | int | None] = {"stage": None, "step": -1}
 
     def report(stage: str, done: int, total: int) -> None:
         pct = int(done * 100 / total) if total else 100

@@ -6,10 +6,18 @@ import argparse
 import json
 from pathlib import Path
 
-from effctx_core.errors import EffctxError
 from effctx_core.engine import session_owner
+from effctx_core.errors import EffctxError
 from effctx_core.snapshots.tree import SnapshotTree
-from effctx_core.snapshots.tree_file import check_name, session_path
+from effctx_core.snapshots.tree_file import (
+    check_name,
+    list_sessions,
+    load_tree,
+    read_tree_file,
+    save_tree,
+    session_path,
+    write_tree_file,
+)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -46,7 +54,7 @@ def _summary(name: str, tree: SnapshotTree) -> dict:
 def run(args: argparse.Namespace) -> int:
     command = args.sessions_command
     if command == "ls":
-        rows = [_summary(name, SnapshotTree.load(name)) for name in SnapshotTree.list_sessions()]
+        rows = [_summary(name, load_tree(name)) for name in list_sessions()]
         if args.json:
             print(json.dumps(rows, indent=2))
         elif not rows:
@@ -58,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                       f"longest tape {r['longest_tape']} tokens")
         return 0
     if command == "show":
-        tree = SnapshotTree.load(args.name)
+        tree = load_tree(args.name)
         if args.json:
             print(json.dumps({**_summary(args.name, tree), "tree": [
                 {"id": n.id, "parent": n.parent, "label": n.label, "kind": n.kind, "tokens": tree.tape_length(n.id),
@@ -71,16 +79,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"{mark} {indent}{node.id} {node.label!r} [{node.kind}] {tree.tape_length(node.id)} tokens, {state}")
         return 0
     if command == "export":
-        tree = SnapshotTree.load(args.name)
-        tree.export(Path(args.file))
+        tree = load_tree(args.name)
+        write_tree_file(tree, Path(args.file))
         print(f"exported {args.name} ({len(tree)} nodes) to {args.file}; saved states stay in this machine's store")
         return 0
     if command == "import":
         name = check_name(Path(args.file).stem if args.name is None else args.name)
-        tree = SnapshotTree.import_(Path(args.file))
+        tree = read_tree_file(Path(args.file))
         if session_path(name).exists():
             raise EffctxError(f"a session named {name!r} exists already (choose another with --name)")
-        tree.save(name)
+        save_tree(tree, name)
         print(f"imported {len(tree)} nodes as session {name}")
         return 0
     if command == "rm":

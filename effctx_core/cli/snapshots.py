@@ -10,11 +10,12 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Sequence
 
-from effctx_core.capacity import format_bytes
 from effctx_core.errors import EffctxError
 from effctx_core.snapshots.codec import describe
 from effctx_core.snapshots.store import Quarantined, SnapshotStore, StoreUsage
+from effctx_core.units import format_bytes
 
 EXIT_QUARANTINED = 1
 
@@ -178,7 +179,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _table(rows: list[tuple[str, ...]], right: frozenset[int] = frozenset()) -> str:
+def _table(rows: Sequence[tuple[str, ...]], right: frozenset[int] = frozenset()) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:

@@ -1,7 +1,7 @@
-"""The snapshot tree's operations on a running session: part of SessionEngine.
+"""The snapshot tree of a running session: checkpoints, saved sessions and restores.
 
-A mixin: checkpoints and restores read and replace the engine's tape, session state and
-residency map under the engine's lock.
+Every checkpoint is a node for the tape as it is, with the session's state when there is
+a store for it; a restore goes back to a node exactly, or recomputes its tokens.
 """
 
 from __future__ import annotations
@@ -9,11 +9,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from effctx_core.engine.prefill import prefill
 from effctx_core.engine.records import NodeRestore
-from effctx_core.residency import Segment
-from effctx_core.snapshots.errors import SnapshotError, SnapshotNotFoundError
-from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.engine.state import EngineState
+from effctx_core.errors import EffctxError
 from effctx_core.events.trace import NodeAdded, NodeRestored
+from effctx_core.residency import Segment
+from effctx_core.snapshots import SnapshotError, SnapshotNotFoundError, SnapshotStore, load_snapshot, save_snapshot
+from effctx_core.snapshots.tree_file import load_tree, save_tree
 
 
 def session_owner(name: str) -> str:
@@ -25,7 +28,7 @@ def session_owner(name: str) -> str:
 CHECKPOINT_KINDS = ("turn", "manual")
 
 
-def _remove_checkpoint(store, key: str) -> None:
+def _remove_checkpoint(store: SnapshotStore, key: str) -> None:
     try:
         info = store.info(key)
         if not info.refs and info.meta.get("kind") in CHECKPOINT_KINDS:
@@ -34,43 +37,44 @@ def _remove_checkpoint(store, key: str) -> None:
         pass  # gone already, or taken by another session meanwhile: nothing to give back
 
 
-class TreeOperations:
-    def mark(self, label: str = "") -> str:
-        """A node for the tape as it is now, on demand; returns its id."""
-        with self._lock:
-            self._checkpoint("manual", label or "mark", None, {})
-            return self.tree.current
+class Checkpointer:
+    def __init__(self, state: EngineState, store: SnapshotStore | None):
+        self._state = state
+        # Where the state of every turn's node goes; None keeps the tree without states
+        # (a restore then recomputes).
+        self.store = store
+        self._made_blobs: set[str] = set()  # states this engine saved, until a save lets go of them
 
-    def _checkpoint(self, kind: str, label: str, text: str | None, metrics: dict, known_blob: str | None = None) -> None:
+    def checkpoint(self, kind: str, label: str, text: str | None, metrics: dict, known_blob: str | None = None) -> None:
         """A node for the tape as it is now, with the session's state when there is a store.
 
         Under an evicting policy the cache holds only part of the tape, so no state is
         saved: a restore of such a node recomputes its tokens."""
-        session = self.session
+        state = self._state
+        session, tracker, tree, tape = state.session, state.tracker, state.tree, state.tape
         # The deepest node whose tape this one extends: the node the turn started from,
         # or, after a restore, the node restored.
-        parent = self.tree.find_by_tape(self._tape) or self.tree.root
-        if self.tree.tape_length(parent.id) == len(self._tape):
-            self.tree.set_current(parent.id)  # the turn arrived at a node that exists
+        parent = tree.find_by_tape(tape) or tree.root
+        if parent is None:
+            raise EffctxError("the snapshot tree has no root: the engine was not opened")
+        if tree.tape_length(parent.id) == len(tape):
+            tree.set_current(parent.id)  # the turn arrived at a node that exists
             return
         blob, state_bytes, message = known_blob, 0, None
-        if blob is None and self._checkpoints is not None and not self.residency.evicts:
-            from effctx_core.snapshots import SnapshotError, save_snapshot
-
+        if blob is None and self.store is not None and not tracker.evicts:
             try:
                 snap = session.snapshot()
-                blob = save_snapshot(self._checkpoints, snap, meta={"kind": kind}).key
+                blob = save_snapshot(self.store, snap, meta={"kind": kind}).key
                 self._made_blobs.add(blob)
                 state_bytes = len(snap.state)
             except SnapshotError as exc:
                 message = f"state not saved ({exc}); restoring this node will recompute it"
-        node = self.tree.add_tape(
-            parent.id, self._tape, kind, session.info.identity.digest(), label=label,
-            residency=self.residency.report().to_dict(), metrics={**metrics, "bytes": state_bytes},
-            blob=blob, text=text,
+        node = tree.add_tape(
+            parent.id, tape, kind, session.info.identity.digest(), label=label,
+            residency=tracker.report().to_dict(), metrics={**metrics, "bytes": state_bytes}, blob=blob, text=text,
         )
-        self._emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(self._tape), blob=blob or "",
-                   message=message or "")
+        state.bus.emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(tape), blob=blob or "",
+                       message=message or "")
 
     def save_session(self, name: str) -> Path:
         """Save the tree as a named session; the store keeps every state it references.
@@ -79,71 +83,68 @@ class TreeOperations:
         before any save) are removed from the store, unless another session references
         them or they are prefix-cache entries (which outlive sessions): a deleted branch
         gives its disk space back at once, not at the LRU's turn."""
-        with self._lock:
-            path = self.tree.save(name)
-            store = self._checkpoints
-            if store is not None:
-                owner = session_owner(name)
-                before = set(store.refs_of(owner))
-                store.remove_refs(owner)
-                kept = self.tree.blobs()
-                for key in sorted(kept):
-                    try:
-                        store.add_ref(key, owner)
-                    except SnapshotNotFoundError:
-                        pass  # evicted before the tree was saved: that node will recompute
-                for key in sorted((before | self._made_blobs) - kept):
-                    _remove_checkpoint(store, key)
-                    self._made_blobs.discard(key)
-            return path
+        tree = self._state.tree
+        path = save_tree(tree, name)
+        store = self.store
+        if store is not None:
+            owner = session_owner(name)
+            before = set(store.refs_of(owner))
+            store.remove_refs(owner)
+            kept = tree.blobs()
+            for key in sorted(kept):
+                try:
+                    store.add_ref(key, owner)
+                except SnapshotNotFoundError:
+                    pass  # evicted before the tree was saved: that node will recompute
+            for key in sorted((before | self._made_blobs) - kept):
+                _remove_checkpoint(store, key)
+                self._made_blobs.discard(key)
+        return path
 
-    def load_session(self, name: str) -> "NodeRestore | None":
+    def load_session(self, name: str) -> NodeRestore | None:
         """Open a saved session's tree and go to its current node."""
-        with self._lock:
-            tree = SnapshotTree.load(name)
-            self.tree = tree
-            self.reset()
-            return self.restore_node(tree.current) if tree.current is not None else None
+        state = self._state
+        tree = load_tree(name)
+        state.tree = tree
+        state.tape = []
+        state.tracker.reset()
+        return self.restore_node(tree.current) if tree.current is not None else None
 
-    def restore_node(self, node_id: str) -> "NodeRestore":
+    def restore_node(self, node_id: str) -> NodeRestore:
         """Go back to a node: its exact state when it has one this runtime can load,
         otherwise its tokens recomputed. The next turn then branches from it."""
-        from effctx_core.snapshots import SnapshotError, load_snapshot
-
-        with self._lock:
-            session, tree = self.session, self.tree
-            node = tree.node(node_id)
-            tape = list(tree.tape(node_id))
-            t0 = time.perf_counter_ns()
-            mode, reason = "recompute", "the node has no saved state"
-            store = self._checkpoints
-            if node.blob is not None and store is not None:
-                try:
-                    snapshot = load_snapshot(store, node.blob, session.info.identity)
-                    session.restore(snapshot)
-                    mode, reason = "exact", "restored its saved state"
-                except SnapshotError as exc:
-                    reason = f"its saved state is unusable ({exc})"
-            elif node.identity_digest != session.info.identity.digest():
-                reason = "it was made by another runtime identity"
-            if mode == "exact" and list(session.tokens) != tape:
-                # the state held a stop text the tape had dropped: cut it off
-                session.ensure_prefix(tape)
-            recomputed = 0
-            if mode == "recompute" and self.residency.evicts:
-                # Streamed through the policy again: the map is the one this recompute made.
-                session.ensure_prefix([])
-                self._tape = []
-                self.residency.reset()
-                self._prefill(tape, Segment.OTHER, self._turns, 0)
-                recomputed = len(tape)
-            else:
-                if mode == "recompute":
-                    recomputed = session.ensure_prefix(tape, self._progress(self._turns, 0)).prefilled
-                self._tape = tape
-                self.residency.reset(Segment.OTHER, len(tape))
-            tree.set_current(node_id)
-            restore = NodeRestore(node_id, mode, len(tape), recomputed, (time.perf_counter_ns() - t0) / 1e6, reason)
-            self._emit(NodeRestored, node=node_id, mode=mode, tokens=len(tape), recomputed=recomputed,
+        state = self._state
+        session, tracker, tree = state.session, state.tracker, state.tree
+        node = tree.node(node_id)
+        tape = list(tree.tape(node_id))
+        t0 = time.perf_counter_ns()
+        mode, reason = "recompute", "the node has no saved state"
+        if node.blob is not None and self.store is not None:
+            try:
+                session.restore(load_snapshot(self.store, node.blob, session.info.identity))
+                mode, reason = "exact", "restored its saved state"
+            except SnapshotError as exc:
+                reason = f"its saved state is unusable ({exc})"
+        elif node.identity_digest != session.info.identity.digest():
+            reason = "it was made by another runtime identity"
+        if mode == "exact" and list(session.tokens) != tape:
+            # the state held a stop text the tape had dropped: cut it off
+            session.ensure_prefix(tape)
+        recomputed = 0
+        if mode == "recompute" and tracker.evicts:
+            # Streamed through the policy again: the map is the one this recompute made.
+            session.ensure_prefix([])
+            state.tape = []
+            tracker.reset()
+            prefill(state, tape, Segment.OTHER, state.turns, 0)
+            recomputed = len(tape)
+        else:
+            if mode == "recompute":
+                recomputed = session.ensure_prefix(tape, state.progress(state.turns, 0)).prefilled
+            state.tape = tape
+            tracker.reset(Segment.OTHER, len(tape))
+        tree.set_current(node_id)
+        restore = NodeRestore(node_id, mode, len(tape), recomputed, (time.perf_counter_ns() - t0) / 1e6, reason)
+        state.bus.emit(NodeRestored, node=node_id, mode=mode, tokens=len(tape), recomputed=recomputed,
                        ms=round(restore.ms, 3), reason=reason)
-            return restore
+        return restore

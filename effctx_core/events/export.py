@@ -3,7 +3,17 @@ tokens, evictions and restores on a timeline (ui.perfetto.dev or chrome://tracin
 
 from __future__ import annotations
 
-from effctx_core.events.trace import Event
+from effctx_core.events.trace import (
+    Event,
+    NodeRestored,
+    PrefillChunk,
+    PrefixCacheLookup,
+    ResidencyAction,
+    SnapshotRestored,
+    SnapshotTaken,
+    TokenDecoded,
+    TurnFinished,
+)
 
 PID = 1
 THREADS = {"engine": 1, "prefill": 2, "decode": 3, "residency": 4, "snapshots": 5}
@@ -26,25 +36,25 @@ def to_perfetto(events: tuple[Event, ...] | list[Event]) -> dict:
     out.append({"name": "process_name", "ph": "M", "pid": PID, "args": {"name": "effctx engine"}})
     for e in events:
         k, t = e.kind, e.t_ms
-        if k == "prefill_chunk":
+        if isinstance(e, PrefillChunk):
             out.append(_span(f"prefill {e.tokens}", "prefill", t, e.ms,
                              {"turn": e.turn, "stage": e.stage, "start": e.start, "tokens": e.tokens}))
-        elif k == "token":
+        elif isinstance(e, TokenDecoded):
             out.append(_span(repr(e.text), "decode", t, e.ms, {"turn": e.turn, "index": e.index, "token": e.token}))
-        elif k == "residency_action":
+        elif isinstance(e, ResidencyAction):
             args = {"turn": e.turn, "stage": e.stage, "range": [e.start, e.end], "positions": [e.pos_start, e.pos_end]}
             out.append(_span(f"{e.action} {e.start}-{e.end}", "residency", t, e.ms, args))
-        elif k in ("snapshot", "restore"):
+        elif isinstance(e, (SnapshotTaken, SnapshotRestored)):
             out.append(_span(f"{k} {e.tokens} tokens", "snapshots", t, e.ms, {"bytes": e.bytes}))
-        elif k == "node_restore":
+        elif isinstance(e, NodeRestored):
             out.append(_span(f"restore {e.node} ({e.mode})", "snapshots", t, e.ms,
                              {"tokens": e.tokens, "recomputed": e.recomputed, "reason": e.reason}))
-        elif k == "turn_finished":
+        elif isinstance(e, TurnFinished):
             r = e.result
             out.append(_span(f"turn {e.turn}", "engine", t, r.prefill_ms + r.decode_ms,
                              {"reused": r.reused, "prefilled": r.prefilled, "generated": r.generated,
                               "ttft_ms": r.ttft_ms, "stop": r.stop_reason}))
-        elif k == "prefix_cache":
+        elif isinstance(e, PrefixCacheLookup):
             out.append(_span(f"prefix cache {e.result}", "snapshots", t, e.ms, {"tokens": e.tokens}))
         elif k in ("session_opened", "turn_started", "prefix_checked", "node", "swap", "swap_cancelled", "error"):
             out.append(_instant(k, "engine", t, {f: v for f, v in vars(e).items() if f != "t_ms"}))

@@ -7,12 +7,13 @@ any other damage, or a file that is not an effctx trace, is an error naming the 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
+from effctx_core.contract import PrefixCause, TurnResult
 from effctx_core.errors import EffctxError
-from effctx_core.contract import TurnResult
-from effctx_core.events.trace import Event
+from effctx_core.events.trace import Event, PrefixChecked, TurnFinished
 from effctx_core.user_files import UserFileError, read_input_bytes
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
@@ -35,6 +36,28 @@ class Trace:
         return None
 
 
+# Traces written before prefix checks carried a structured cause (effctx 0.1 before
+# the cell contract) state it only in the sentence; these are its exact forms.
+_LEGACY_CAUSES = (
+    (re.compile(r"empty cache"), PrefixCause.EMPTY),
+    (re.compile(r"identical to the resident tape"), PrefixCause.IDENTICAL),
+    (re.compile(r"extends the resident tape"), PrefixCause.EXTENDS),
+    (re.compile(r"diverges from the resident tape at token (?P<at>\d+)"), PrefixCause.DIVERGED),
+    (re.compile(r"sliding-window rollback limit: the cache can be cut back to (?P<floor>\d+) tokens "
+                r"at the earliest, the prefix diverges at (?P<at>\d+)"), PrefixCause.ROLLBACK_LIMIT),
+)
+
+
+def legacy_prefix_cause(data: dict) -> dict:
+    """The structured cause of a prefix check recorded as a sentence only."""
+    for pattern, cause in _LEGACY_CAUSES:
+        found = pattern.match(str(data.get("reason", "")))
+        if found:
+            numbers = {k: int(v) for k, v in found.groupdict().items()}
+            return {"cause": cause.value, "diverged_at": numbers.get("at"), "rollback_floor": numbers.get("floor")}
+    return {}
+
+
 def _event(data: dict, where: str) -> Event:
     kind = data.pop("kind", None)
     cls = EVENT_TYPES.get(kind)
@@ -46,8 +69,10 @@ def _event(data: dict, where: str) -> Event:
     missing, extra = sorted(required - set(data)), sorted(set(data) - names)
     if missing or extra:
         raise TraceError(f"{where}: a {kind} event with missing {missing} / unknown {extra} fields")
-    if cls.__name__ == "TurnFinished":
+    if cls is TurnFinished:
         data["result"] = TurnResult(**data["result"])
+    if cls is PrefixChecked and not data.get("cause"):
+        data.update(legacy_prefix_cause(data))
     try:
         return cls(**data)
     except TypeError as exc:

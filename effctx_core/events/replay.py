@@ -10,13 +10,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from effctx_core.errors import EffctxError
-from effctx_core.profiles import Profile, ResidencyConfig
+from effctx_core.events.reader import Trace
+from effctx_core.events.trace import (
+    CellSwapped,
+    Event,
+    NodeAdded,
+    NodeRestored,
+    PrefillChunk,
+    PrefixChecked,
+    ResidencyAction,
+    SessionOpened,
+    SwapAbandoned,
+    TokenDecoded,
+    TurnFinished,
+    TurnStarted,
+)
+from effctx_core.profiles import Profile
 from effctx_core.residency import BlockClass, Reason, ResidencyReport, Segment
+from effctx_core.residency.config import ResidencyConfig
 from effctx_core.residency.planners import PlannerCaps
 from effctx_core.residency.tracker import ResidencyTracker
 from effctx_core.snapshots.tree import SnapshotTree
-from effctx_core.events.trace import Event
-from effctx_core.events.reader import Trace
 
 UNKNOWN_TOKEN = -1  # a prefilled token: the trace records how many, not which
 
@@ -32,10 +46,10 @@ class ReplayError(EffctxError):
 
 
 class ReplayEngine:
-    read_only = True
-
     def __init__(self, trace: Trace):
         opened = trace.events[0]
+        if not isinstance(opened, SessionOpened):  # read_trace refuses such a trace
+            raise ReplayError(f"{trace.path}: the trace does not start with a session_opened event")
         self.trace = trace
         self.model_path = Path(trace.path)
         self.model_name = opened.model
@@ -87,40 +101,41 @@ class ReplayEngine:
 
     def apply(self, event: Event) -> None:
         """Move the rebuilt state to just after `event`."""
-        kind = event.kind
-        if kind == "turn_started":
+        if isinstance(event, TurnStarted):
             self._turn = event.turn
             self._input = event.input_text
-        elif kind == "turn_finished":
+        elif isinstance(event, TurnFinished):
             self._reply = event.result.text
             if event.tape < len(self._tape):
                 self._truncate(event.tape)  # the stop text the engine cut off the tape
-        elif kind == "node":
+        elif isinstance(event, NodeAdded):
             self._add_node(event)
-        elif kind == "prefix_checked" and event.dropped:
-            self._truncate(len(self._tape) - event.dropped)
-        elif kind == "prefill_chunk":
+        elif isinstance(event, PrefixChecked):
+            if event.dropped:
+                self._truncate(len(self._tape) - event.dropped)
+        elif isinstance(event, PrefillChunk):
             segment = Segment.USER if event.stage == "prefill" else Segment.OTHER
             self._tape.extend([UNKNOWN_TOKEN] * event.tokens)
             self.residency.append(segment, event.tokens, self._turn)
-        elif kind == "token":
+        elif isinstance(event, TokenDecoded):
             self._pieces[event.token] = event.text
             self._tape.append(event.token)
             self.residency.append(Segment.ASSISTANT, 1, self._turn)
-        elif kind == "residency_action" and event.action in _ACTION_CLASS:
-            cls, reason = _ACTION_CLASS[event.action]
-            self.residency.mark_range(event.start, event.end, cls, reason)
-        elif kind in ("swap", "swap_cancelled", "node_restore"):
+        elif isinstance(event, ResidencyAction):
+            if event.action in _ACTION_CLASS:
+                cls, reason = _ACTION_CLASS[event.action]
+                self.residency.mark_range(event.start, event.end, cls, reason)
+        elif isinstance(event, (CellSwapped, SwapAbandoned, NodeRestored)):
             # Afterwards the tape is `tokens` long; the prefill chunks of a recompute
             # (or of a cancelled one) were appended after it above.
             self._resize(event.tokens)
-            if kind == "node_restore" and event.node in self._node_ids:
+            if isinstance(event, NodeRestored) and event.node in self._node_ids:
                 self.tree.set_current(self._node_ids[event.node])
 
-    def _add_node(self, event) -> None:
+    def _add_node(self, event: NodeAdded) -> None:
         """The node the engine added, with its tape length; the tokens themselves are not
         in the trace, so its own tokens are placeholders of the right count."""
-        parent = self._node_ids.get(event.parent, self.tree.root.id)
+        parent = self._node_ids.get(event.parent, self._node_ids[""])  # "" is the root
         own = max(0, event.tokens - self.tree.tape_length(parent))
         label = self._input.strip().splitlines()[0][:40] if self._input.strip() else "turn"
         node = self.tree.add(parent, (0,) * own, "turn", self._identity, label=label,

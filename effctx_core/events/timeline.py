@@ -14,10 +14,10 @@ Without them the explanation still gives every number, only no text.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from effctx_core.contract import PrefixCause
 from effctx_core.events.trace import (
     Event,
     NodeRestored,
@@ -31,7 +31,7 @@ from effctx_core.events.trace import (
 )
 
 # Why a turn computed what it computed; the first that applies wins (see `_cause`).
-SLIDING_WINDOW = "sliding-window rollback limit"
+ROLLBACK_LIMIT = "rollback limit"
 NEW_CONVERSATION = "new conversation"
 EDIT = "edit inside the earlier turns"
 TAIL_DROPPED = "cache tail dropped"
@@ -43,8 +43,6 @@ ALL_REUSED = "everything reused"
 
 CONTEXT_TOKENS = 8  # tokens of text shown on each side of a divergence
 
-_DIVERGES_AT = re.compile(r"diverges (?:from the resident tape )?at (?:token )?(\d+)")
-_ROLLBACK_LIMIT = re.compile(r"cut back to (\d+) tokens")
 
 
 @dataclass(frozen=True)
@@ -127,12 +125,11 @@ class TurnRecord:
     def diverged_at(self) -> int | None:
         """The first tape index the cache did not match, when the cache held something else there.
 
-        The backend's reason names it; after a sliding-window refusal `reused` is 0
-        although the divergence was further on, so the reason is read first."""
+        The backend's check names it; after a rollback-limit refusal `reused` is 0
+        although the divergence was further on."""
         if self.check is None or self.check.dropped == 0:
             return None
-        found = _DIVERGES_AT.search(self.check.reason)
-        return int(found.group(1)) if found else self.check.reused
+        return self.check.diverged_at if self.check.diverged_at is not None else self.check.reused
 
 
 @dataclass(frozen=True)
@@ -289,11 +286,11 @@ def _cause(r: TurnRecord) -> tuple[str, str]:
     new = r.computed - check.prefilled  # the input; `computed` includes the re-prefilled tape
     tail = f"{r.reused:,} reused, {r.computed:,} computed"
     at = r.diverged_at if r.diverged_at is not None else check.reused
-    if check.reason.startswith(SLIDING_WINDOW):
-        limit = _ROLLBACK_LIMIT.search(check.reason)
-        earliest = f" (the earliest cut is token {int(limit.group(1)):,})" if limit else ""
-        return SLIDING_WINDOW, (
-            f"diverged at token {at:,}, before the sliding-window cache can be cut back{earliest}: "
+    if check.cause == PrefixCause.ROLLBACK_LIMIT.value:
+        floor = check.rollback_floor
+        earliest = f" (the earliest cut is token {floor:,})" if floor is not None else ""
+        return ROLLBACK_LIMIT, (
+            f"diverged at token {at:,}, before the cache can be cut back{earliest}: "
             f"{check.dropped:,} dropped and the whole tape re-prefilled; {tail}"
         )
     if check.dropped and r.prefix_tokens == 0:
@@ -320,11 +317,11 @@ def _cause(r: TurnRecord) -> tuple[str, str]:
             f"and {new:,} new computed"
         )
     if r.cache_lookup is not None:
-        x = r.cache_lookup
+        c = r.cache_lookup
         how = {"hit": "restored from the prefix cache", "miss": "prefilled and stored", "off": "prefilled, no cache"}
-        note = f" ({x.message})" if x.message else ""
-        return f"{PREFIX_CACHE} {x.result}", (
-            f"the stable prefix of {x.tokens:,} tokens was {how.get(x.result, x.result)} in {x.ms:,.1f} ms{note}; "
+        note = f" ({c.message})" if c.message else ""
+        return f"{PREFIX_CACHE} {c.result}", (
+            f"the stable prefix of {c.tokens:,} tokens was {how.get(c.result, c.result)} in {c.ms:,.1f} ms{note}; "
             f"then {tail}"
         )
     if r.prefix_tokens == 0:

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar, TextIO
 
-from effctx_core.errors import EffctxError
 from effctx_core.contract import TurnResult
+from effctx_core.errors import EffctxError
 from effctx_core.user_files import UserFileError, check_output_file, open_input, os_reason
 
 
@@ -63,7 +63,10 @@ class PrefixChecked(Event):
     prefilled: int
     dropped: int
     resident: int
-    reason: str
+    reason: str  # the sentence, for people; views read the cause and its numbers
+    cause: str = ""  # a PrefixCause value
+    diverged_at: int | None = None
+    rollback_floor: int | None = None
 
 
 @dataclass(frozen=True)

@@ -159,10 +159,6 @@ class BlockTable:
         )
 
     @classmethod
-    def uniform(cls, n_tokens: int, block_size: int, segment: Segment = Segment.OTHER) -> "BlockTable":
-        return cls.from_segments([(segment, n_tokens)], block_size)
-
-    @classmethod
     def empty(cls) -> "BlockTable":
         z = np.zeros(0)
         return cls(z, z, z, z, z, z, z, z, z)
@@ -232,11 +228,6 @@ class BlockTable:
             (int(self.start[group[0]]), int(self.end[group[-1]]))
             for group in np.split(idx, breaks)
         ]
-
-    def pin(self, start: int, end: int) -> None:
-        """Pin every block that overlaps [start, end)."""
-        mask = (self.start < end) & (self.end > start)
-        self.flags[mask] |= np.uint8(BlockFlag.PINNED)
 
     def renumber_positions(self) -> None:
         """Current positions after the evicted or cold blocks before each one are removed

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from effctx_core.profiles import ResidencyConfig
 from effctx_core.residency.blocks import BlockClass, BlockTable, Reason, Segment
+from effctx_core.residency.config import ResidencyConfig
 from effctx_core.residency.planners import PlannerCaps, planner_for
 from effctx_core.residency.report import OBSERVED, ResidencyReport
 
@@ -30,7 +30,7 @@ class ResidencyTracker:
         self.config = config
         self.budget = budget
         self.caps = caps
-        self.planner = planner_for(config)
+        self.planner = planner_for(config, caps)
         self._segments: list[SegmentRun] = []
         self._table = BlockTable.empty()
         # The UI thread reads the table while a worker thread changes it.

@@ -7,8 +7,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from effctx_core.capacity import format_bytes, parse_memory
 from effctx_core.errors import EffctxError
+from effctx_core.units import format_bytes, parse_memory
 
 BUDGET_ENV = "EFFCTX_SNAPSHOT_BUDGET"
 DISK_SHARE = 10  # percent of free disk

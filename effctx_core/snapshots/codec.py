@@ -51,36 +51,36 @@ def _layout(payload: bytes | memoryview) -> tuple[int, int, int, int | None]:
     """(token count, offset of state, state length, logits length or None); checks sizes."""
     if len(payload) < _HEAD.size:
         raise PayloadError(f"payload of {len(payload)} bytes is shorter than its {_HEAD.size}-byte header")
-    magic, version, flags, n, s, l = _HEAD.unpack_from(payload)
+    magic, version, flags, n, s, n_logits = _HEAD.unpack_from(payload)
     if magic != CODEC_MAGIC:
         raise PayloadError(f"payload is not a session snapshot (magic {bytes(magic)!r})")
     if version != CODEC_VERSION:
         raise PayloadError(f"session snapshot payload version {version} is not {CODEC_VERSION}")
-    if flags & ~_HAS_LOGITS or (not flags & _HAS_LOGITS and l):
+    if flags & ~_HAS_LOGITS or (not flags & _HAS_LOGITS and n_logits):
         raise PayloadError(f"session snapshot payload has unknown flags {flags:#x}")
-    expected = _HEAD.size + 4 * n + s + l
+    expected = _HEAD.size + 4 * n + s + n_logits
     if len(payload) != expected:
         raise PayloadError(f"session snapshot payload is {len(payload)} bytes, its header says {expected}")
-    return n, _HEAD.size + 4 * n, s, (l if flags & _HAS_LOGITS else None)
+    return n, _HEAD.size + 4 * n, s, (n_logits if flags & _HAS_LOGITS else None)
 
 
 def decode(payload: bytes | memoryview, identity: RuntimeIdentity) -> SessionSnapshot:
     """The snapshot back, exactly; raises PayloadError if the layout does not add up."""
     view = memoryview(payload).cast("B")
-    n, state_at, s, l = _layout(view)
+    n, state_at, s, n_logits = _layout(view)
     tokens = tuple(np.frombuffer(view[_HEAD.size:state_at], dtype="<i4").tolist())
     state = bytes(view[state_at:state_at + s])
-    logits = None if l is None else bytes(view[state_at + s:state_at + s + l])
+    logits = None if n_logits is None else bytes(view[state_at + s:state_at + s + n_logits])
     return SessionSnapshot(identity=identity, tokens=tokens, state=state, logits=logits)
 
 
 def describe(payload: bytes | memoryview) -> dict | None:
     """Sizes of a session snapshot payload, or None if the payload is something else."""
     try:
-        n, _, s, l = _layout(memoryview(payload).cast("B"))
+        n, _, s, n_logits = _layout(memoryview(payload).cast("B"))
     except PayloadError:
         return None
-    return {"kind": "session", "n_tokens": n, "state_bytes": s, "logits_bytes": l}
+    return {"kind": "session", "n_tokens": n, "state_bytes": s, "logits_bytes": n_logits}
 
 
 def save_snapshot(store: SnapshotStore, snapshot: SessionSnapshot, meta: dict | None = None,

@@ -16,7 +16,7 @@ from effctx_core.snapshots.blobfile import BlobHeader, is_digest, key_from_hashe
 INDEX_FORMAT = 1
 REFS_FORMAT = 1
 
-_RECORD_TYPES = {
+_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
     "identity": str, "n_tokens": int, "token_hash": str, "bytes": int,
     "created": (int, float), "last_used": (int, float), "use": int, "meta": dict,
 }

@@ -23,11 +23,11 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, Sequence
 
 from effctx_core.atomic import atomic_write_bytes, fsync_dir
-from effctx_core.capacity import format_bytes
 from effctx_core.snapshots import locking
 from effctx_core.snapshots.blobfile import (
     BLOB_SUFFIX,
@@ -66,13 +66,15 @@ from effctx_core.snapshots.records import (
     StoreUsage,
     VerifyReport,
 )
+from effctx_core.units import format_bytes
 
 TEMP_GRACE_SECONDS = 60.0
 QUARANTINE_KEEP_DAYS = 7.0
 _ID = re.compile(r"[0-9a-f]{1,64}")
 
 
-class _View(NamedTuple):
+@dataclass(frozen=True)
+class _View:  # not a NamedTuple: its `index` would shadow tuple.index
     signature: tuple | None
     index: IndexData
     prefixes: dict[str, dict[int, dict[str, str]]]
@@ -204,7 +206,7 @@ class SnapshotStore:
 
     # ----------------------------------------------------------------- writes
 
-    def put(self, identity_digest: str, tokens: Sequence[int], payload: bytes,
+    def put(self, identity_digest: str, tokens: Sequence[int], payload: bytes | memoryview,
             meta: dict | None = None, *, owner: str | None = None) -> EntryInfo:
         """Store a payload for (identity, tokens); evicts least recently used entries to fit.
 
@@ -439,7 +441,7 @@ class SnapshotStore:
     def _write_error(self, exc: OSError) -> SnapshotStoreError:
         return SnapshotStoreError(f"cannot write snapshot store at {self.root}: {exc.strerror or exc}")
 
-    def _write_temp(self, key: str, parts: Sequence[bytes]) -> tuple[int, str]:
+    def _write_temp(self, key: str, parts: Sequence[bytes | memoryview]) -> tuple[int, str]:
         """The blob, complete and fsynced, in a temp file this process holds a flock on."""
         try:
             self.blobs_dir.mkdir(parents=True, exist_ok=True)
@@ -485,8 +487,8 @@ class SnapshotStore:
             except BlobDamage as damage:
                 raise CorruptSnapshotError(key, damage.reason, self._quarantine(path, key, damage, st)) from None
             except OSError as exc:  # EIO from a failing disk: the blob is not usable
-                damage = BlobDamage("unreadable", f"unreadable: {exc.strerror}")
-                raise CorruptSnapshotError(key, damage.reason, self._quarantine(path, key, damage, st)) from None
+                unreadable = BlobDamage("unreadable", f"unreadable: {exc.strerror}")
+                raise CorruptSnapshotError(key, unreadable.reason, self._quarantine(path, key, unreadable, st)) from None
         return contents, st.st_size
 
     def _quarantine(self, path: Path, name: str, damage: BlobDamage, seen: os.stat_result) -> Path | None:
@@ -733,7 +735,7 @@ class SnapshotStore:
 # --------------------------------------------------------------------------- helpers
 
 
-def _write_parts(fd: int, parts: Sequence[bytes]) -> None:
+def _write_parts(fd: int, parts: Sequence[bytes | memoryview]) -> None:
     for part in parts:
         view = memoryview(part).cast("B")
         while view:

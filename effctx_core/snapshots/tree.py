@@ -4,7 +4,7 @@ Pure data, no backend calls. A node's tape is always its parent's tape plus the 
 own tokens, so a branch is simply a second child of an earlier node, and the tokens two
 nodes share are read off the tree instead of being compared from scratch.
 
-Persistence (named session files, export/import) lives in `tree_file`.
+Persistence (named session files, export/import) is `tree_file`'s: the tree itself is pure.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from itertools import chain
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from effctx_core.errors import EffctxError
@@ -381,47 +380,6 @@ class SnapshotTree:
         if self._current in gone:
             self._current = node.parent
         return removed
-
-    # ------------------------------------------------------------------ persistence
-
-    def save(self, name: str, directory: Path | None = None) -> Path:
-        """Write the tree as session `name` (data_dir()/sessions/NAME.json by default)."""
-        from effctx_core.snapshots.tree_file import save_tree
-
-        path = save_tree(self, name, directory)
-        self.name = name
-        return path
-
-    @staticmethod
-    def list_sessions(directory: Path | None = None) -> list[str]:
-        """Names of the saved sessions, sorted."""
-        from effctx_core.snapshots.tree_file import list_sessions
-
-        return list_sessions(directory)
-
-    @classmethod
-    def load(cls, name: str, directory: Path | None = None) -> "SnapshotTree":
-        from effctx_core.snapshots.tree_file import load_tree
-
-        tree = load_tree(name, directory)
-        tree.name = name
-        return tree
-
-    def export(self, path: Path) -> None:
-        """Write the tree to one self-contained file. Blob payloads (saved KV states) are
-        NOT included: only their store keys are, so the states stay in the snapshot store
-        of this machine and an imported tree elsewhere has tapes, text and metrics but
-        nothing to restore until the states are copied too."""
-        from effctx_core.snapshots.tree_file import write_tree_file
-
-        write_tree_file(self, Path(path))
-
-    @classmethod
-    def import_(cls, path: Path) -> "SnapshotTree":
-        """Read a file written by export() (or save()); see export() about blobs."""
-        from effctx_core.snapshots.tree_file import read_tree_file
-
-        return read_tree_file(Path(path))
 
     # ------------------------------------------------------------------ internals
 

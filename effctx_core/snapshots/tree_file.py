@@ -26,7 +26,6 @@ import numpy as np
 
 from effctx_core import models
 from effctx_core.atomic import atomic_write_bytes
-from effctx_core.user_files import UserFileError, os_reason, quarantine_file, read_input_bytes
 from effctx_core.snapshots.blobfile import is_digest
 from effctx_core.snapshots.tree import (
     Node,
@@ -35,6 +34,7 @@ from effctx_core.snapshots.tree import (
     SnapshotTree,
     SnapshotTreeError,
 )
+from effctx_core.user_files import UserFileError, os_reason, quarantine_file, read_input_bytes
 
 FORMAT = "effctx-session"
 VERSION = 1
@@ -73,8 +73,10 @@ def list_sessions(directory: Path | None = None) -> list[str]:
 
 
 def save_tree(tree: SnapshotTree, name: str, directory: Path | None = None) -> Path:
+    """Write the tree as session `name` (data_dir()/sessions/NAME.json by default)."""
     path = session_path(name, directory)
     write_tree_file(tree, path)
+    tree.name = name
     return path
 
 
@@ -85,10 +87,12 @@ def load_tree(name: str, directory: Path | None = None) -> SnapshotTree:
     if not os.path.lexists(path):
         raise SessionFileError(f"no saved session {name!r} ({path})")
     try:
-        return decode_tree(_read(path))
+        tree = decode_tree(_read(path))
     except _Corrupt as e:
         moved = quarantine_file(path)
         raise SessionFileError(f"{path}: {e}; the file was moved to {moved}") from None
+    tree.name = name
+    return tree
 
 
 def write_tree_file(tree: SnapshotTree, path: Path) -> None:

@@ -16,11 +16,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 
 from effctx_core.bench.cell import CellBenchPlan, CellBenchReport, run_cell_bench
-from effctx_core.errors import Cancelled
 from effctx_core.cancel import CancelToken
-from effctx_core.errors import EffctxError
+from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.profiles import Profile
-
 
 THROUGHPUT_TITLE = ("Throughput (median tok/s; the ratio is the median of per-round ratios, "
                     "and other load on the CPU moves it by a few %)")
@@ -76,7 +74,7 @@ class BenchmarkScreen(Screen):
         yield Static(
             f"The running cell ({self.profile.name}) on sessions of its own; the conversation is not touched.\n"
             f"Throughput: a {p.prompt_tokens}-token prompt, {p.decode_tokens} decoded, {p.rounds} rounds of the engine "
-            f"against a direct llama.cpp loop. Quality: the passkey smoke at {p.passkey_length(self.profile)} tokens, "
+            f"against the backend's direct loop and its library's own API. Quality: the passkey smoke at {p.passkey_length(self.profile)} tokens, "
             f"depths {', '.join(str(d) for d in p.depths)}. r runs, Esc cancels.",
             id="bench-note",
         )
@@ -145,9 +143,11 @@ class BenchmarkScreen(Screen):
         self.report = report = message.report
         t = report.throughput.to_dict()
         rows = self.query_one("#bench-throughput", DataTable)
-        rows.add_row("direct llama.cpp", _number(t["raw"]["prefill_tps"], 1), _number(t["raw"]["decode_tps"], 1))
+        rows.add_row("direct (raw loop)", _number(t["raw"]["prefill_tps"], 1), _number(t["raw"]["decode_tps"], 1))
+        rows.add_row("library API", _number(t["library"]["prefill_tps"], 1), _number(t["library"]["decode_tps"], 1))
         rows.add_row("engine", _number(t["engine"]["prefill_tps"], 1), _number(t["engine"]["decode_tps"], 1))
         rows.add_row("engine / direct", _number(t["prefill_ratio"], 3), _number(t["decode_ratio"], 3))
+        rows.add_row("engine / library", _number(t["library_prefill_ratio"], 3), _number(t["library_decode_ratio"], 3))
         quality = self.query_one("#bench-quality", DataTable)
         for trial in report.trials:
             verdict = Text(trial.verdict, style="" if trial.correct else "bold red")

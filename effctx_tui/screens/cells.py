@@ -13,10 +13,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
-from effctx_core.errors import Cancelled
 from effctx_core.cells import Cell
-from effctx_core.errors import EffctxError
 from effctx_core.engine import SwapResult
+from effctx_core.errors import Cancelled, EffctxError
 
 COLUMNS = ("backend", "profile", "n_ctx", "K/V", "FA", "swa_full", "policy", "shift", "exact replay", "status")
 
@@ -35,8 +34,8 @@ def cell_row(cell: Cell, current: str | None) -> list[Text | str]:
         ("on" if p.flash_attn else "off") if p else "-",
         yes_no(p.swa_full) if p else "-",
         p.residency.policy if p else "-",
-        yes_no(caps.position_shift) if caps else "-",
-        yes_no(caps.exact_snapshot_replay) if caps else "-",
+        yes_no(caps.position_shift.supported) if caps else "-",
+        yes_no(caps.exact_snapshot.supported) if caps else "-",
         status,
     ]
 
@@ -121,8 +120,12 @@ class CellsScreen(Screen):
         if cell.info is not None:
             for lim in cell.info.limits:
                 text.append(f"limit {lim.name}: {lim.tokens} tokens — {lim.reason}\n")
-            for key, why in cell.info.capabilities.reasons.items():
-                text.append(f"{key}: {why}\n", style="dim")
+            caps = cell.info.capabilities
+            for key, cap in caps.flags().items():
+                text.append(f"{key}: {'yes' if cap.supported else 'no'} — {cap.reason}\n", style="dim")
+            text.append(f"rollback: {caps.safe_rollback}\n", style="dim")
+            for key, note in caps.notes.items():
+                text.append(f"{key}: {note}\n", style="dim")
         text.append(("runs: " if cell.runnable else "unsupported: ") + cell.reason)
         self.query_one("#cells-detail", Static).update(text)
 

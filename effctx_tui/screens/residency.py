@@ -24,7 +24,6 @@ from textual.widgets.option_list import Option
 from effctx_core.errors import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockTable
 from effctx_core.residency.report import MODELED, ResidencyReport
-
 from effctx_tui.widgets.block_inspector import BlockInspector, token_span
 from effctx_tui.widgets.residency_tape import Zoom
 from effctx_tui.widgets.residency_view import ResidencyView

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+from typing import Any, Callable
+
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -9,13 +12,10 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
-from effctx_core.contract import DecodeConfig, TurnResult
-from effctx_core.errors import EffctxError
-from effctx_core.engine import NodeRestore
-from effctx_core.profiles import BUDGET_POLICIES
 from effctx_core.cells import list_cells
-from effctx_core.residency import OBSERVED
-from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.contract import DecodeConfig, TurnResult
+from effctx_core.engine import NodeRestore
+from effctx_core.errors import EffctxError
 from effctx_core.events.trace import (
     CellSwapped,
     ErrorRaised,
@@ -30,16 +30,18 @@ from effctx_core.events.trace import (
     TurnFinished,
     TurnStarted,
 )
-
+from effctx_core.residency import OBSERVED
+from effctx_core.residency.config import BUDGET_POLICIES
+from effctx_core.snapshots.tree import SnapshotTree
 from effctx_tui.messages import EngineEvent, EngineFailed, EngineReady, TurnDone
-from effctx_tui.widgets.residency_strip import ResidencyStrip
-from effctx_tui.widgets.status_line import StatusLine
-from effctx_tui.screens.residency import BudgetSteering, ResidencyScreen
-from effctx_tui.screens.snapshots import BRANCH, SnapshotsScreen
 from effctx_tui.screens.benchmark import BenchmarkScreen
 from effctx_tui.screens.cells import CellsScreen
+from effctx_tui.screens.residency import BudgetSteering, ResidencyScreen
+from effctx_tui.screens.snapshots import BRANCH, SnapshotsScreen
 from effctx_tui.screens.timings import TimingsScreen, engine_timeline
+from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.snapshot_tree import restore_summary
+from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
 
 # Prefills shorter than this finish before a progress bar would be readable.
@@ -306,63 +308,84 @@ class SessionScreen(Screen):
     def on_engine_event(self, message: EngineEvent) -> None:
         event = message.event
         self.timeline.feed(event)
-        if isinstance(event, CellSwapped):
-            self._n_ctx = event.n_ctx
-            self.sub_title = f"{event.new_profile} · {event.backend} · n_ctx {event.n_ctx}"
-            self._refresh_residency()
-        if isinstance(event, (NodeAdded, NodeRestored)):
-            self.app.save_session()
-            if isinstance(event, NodeRestored):
-                self._follow_restore(event)
-            elif event.message:
-                self.notify(event.message, severity="warning")
-            if self._snapshots_open():
-                self._snapshots_screen.refresh_tree()
-        elif isinstance(event, PrefillChunk):
-            if self._snapshots_open():
-                self._snapshots_screen.restore_progress(event.done, event.total)
-            if self._cells_screen is not None and self._cells_screen.is_attached:
-                self._cells_screen.swap_progress(event.done, event.total)
-        if isinstance(event, (PrefillChunk, ResidencyChanged, TurnFinished, NodeRestored)) or (
+        handler = self._event_handlers.get(type(event))
+        if handler is not None:
+            handler(event)
+        if isinstance(event, (PrefillChunk, ResidencyChanged, TurnFinished, NodeRestored, CellSwapped)) or (
             isinstance(event, TokenDecoded) and event.index % 16 == 0
         ):
             self._refresh_residency()
-        status = self.query_one(StatusLine)
-        transcript = self.query_one(Transcript)
-        if isinstance(event, ModelProgress):
-            self._show_progress(event.stage, event.done, event.total)
-        elif isinstance(event, SessionOpened):
-            status.show_loading(f"opened {event.model} on {event.backend}")
-        elif isinstance(event, TurnStarted):
-            if self._player is not None:
-                transcript.add_user(event.input_text)  # live, the prompt box added it
-            status.show_busy("prefilling…", self._resident, self._n_ctx)
-        elif isinstance(event, PrefillChunk):
-            self._resident = event.start + event.tokens
-            if event.total >= PROGRESS_MIN_TOKENS:
-                self._show_progress(f"prefill ({event.stage})", event.done, event.total)
-            status.show_busy(f"prefilling {event.done}/{event.total}…", self._resident, self._n_ctx)
-        elif isinstance(event, TokenDecoded):
-            self._hide_progress()
-            self._resident += 1
-            transcript.append_reply(event.text)
-            status.show_busy(f"decoding, {event.index + 1} tokens…", self._resident, self._n_ctx)
-        elif isinstance(event, TurnFinished):
-            result = self.last_result = event.result
-            self._resident = result.resident
-            note = _STOP_NOTES.get(result.stop_reason, result.stop_reason.replace("_", " "))
-            transcript.finish_reply(result.text, note)
-            status.show_turn(result)
-            if self._player is not None:
-                self.turns_done += 1  # live, the turn worker counts it
-        elif isinstance(event, PrefixCacheLookup):
-            self._hide_progress()
-            self._resident = event.tokens
-            transcript.add_note(prefix_note(getattr(self.app, "prefix_name", "prefix"), event))
-            if event.message:
-                self.notify(event.message, severity="warning")
-        elif isinstance(event, ErrorRaised):
-            transcript.add_error(f"{event.error}: {event.message}")
+
+    @cached_property
+    def _event_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """One handler per event type: everything the screen does for that event."""
+        return {
+            ModelProgress: lambda e: self._show_progress(e.stage, e.done, e.total),
+            SessionOpened: lambda e: self.query_one(StatusLine).show_loading(f"opened {e.model} on {e.backend}"),
+            TurnStarted: self._on_turn_started,
+            PrefillChunk: self._on_prefill_chunk,
+            TokenDecoded: self._on_token,
+            TurnFinished: self._on_turn_finished,
+            PrefixCacheLookup: self._on_prefix_cache,
+            ErrorRaised: lambda e: self.query_one(Transcript).add_error(f"{e.error}: {e.message}"),
+            CellSwapped: self._on_cell_swapped,
+            NodeAdded: self._on_node_added,
+            NodeRestored: self._on_node_restored,
+        }
+
+    def _on_turn_started(self, event: TurnStarted) -> None:
+        if self._player is not None:
+            self.query_one(Transcript).add_user(event.input_text)  # live, the prompt box added it
+        self.query_one(StatusLine).show_busy("prefilling…", self._resident, self._n_ctx)
+
+    def _on_prefill_chunk(self, event: PrefillChunk) -> None:
+        if self._snapshots_open():
+            self._snapshots_screen.restore_progress(event.done, event.total)
+        if self._cells_screen is not None and self._cells_screen.is_attached:
+            self._cells_screen.swap_progress(event.done, event.total)
+        self._resident = event.start + event.tokens
+        if event.total >= PROGRESS_MIN_TOKENS:
+            self._show_progress(f"prefill ({event.stage})", event.done, event.total)
+        self.query_one(StatusLine).show_busy(f"prefilling {event.done}/{event.total}…", self._resident, self._n_ctx)
+
+    def _on_token(self, event: TokenDecoded) -> None:
+        self._hide_progress()
+        self._resident += 1
+        self.query_one(Transcript).append_reply(event.text)
+        self.query_one(StatusLine).show_busy(f"decoding, {event.index + 1} tokens…", self._resident, self._n_ctx)
+
+    def _on_turn_finished(self, event: TurnFinished) -> None:
+        result = self.last_result = event.result
+        self._resident = result.resident
+        note = _STOP_NOTES.get(result.stop_reason, result.stop_reason.replace("_", " "))
+        self.query_one(Transcript).finish_reply(result.text, note)
+        self.query_one(StatusLine).show_turn(result)
+        if self._player is not None:
+            self.turns_done += 1  # live, the turn worker counts it
+
+    def _on_prefix_cache(self, event: PrefixCacheLookup) -> None:
+        self._hide_progress()
+        self._resident = event.tokens
+        self.query_one(Transcript).add_note(prefix_note(getattr(self.app, "prefix_name", "prefix"), event))
+        if event.message:
+            self.notify(event.message, severity="warning")
+
+    def _on_cell_swapped(self, event: CellSwapped) -> None:
+        self._n_ctx = event.n_ctx
+        self.sub_title = f"{event.new_profile} · {event.backend} · n_ctx {event.n_ctx}"
+
+    def _on_node_added(self, event: NodeAdded) -> None:
+        self.app.save_session()
+        if event.message:
+            self.notify(event.message, severity="warning")
+        if self._snapshots_open():
+            self._snapshots_screen.refresh_tree()
+
+    def _on_node_restored(self, event: NodeRestored) -> None:
+        self.app.save_session()
+        self._follow_restore(event)
+        if self._snapshots_open():
+            self._snapshots_screen.refresh_tree()
 
     def on_turn_done(self, message: TurnDone) -> None:
         self.busy = False
@@ -392,7 +415,7 @@ class SessionScreen(Screen):
         try:
             self.app.engine.chat(text, DecodeConfig(max_tokens=self.max_tokens))
         except EffctxError:
-            pass  # the engine already reported it as an ErrorRaised event
+            pass  # the engine reports every error of a turn as an ErrorRaised event, shown above
         except Exception as exc:  # a bug must not kill the console; show it as one line
             self.post_message(EngineEvent(ErrorRaised(error=type(exc).__name__, message=str(exc))))
         finally:

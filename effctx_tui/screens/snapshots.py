@@ -16,19 +16,18 @@ from typing import Callable, Iterable, MutableMapping
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, Tree
 
 from effctx_core.engine import NodeRestore
 from effctx_core.snapshots.tree import SnapshotTree
-
+from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
+from effctx_tui.screens.snapshot_diff import Detokenize, DiffReport, DiffScreen, describe_diff
 from effctx_tui.widgets.snapshot_details import SnapshotDetails
 from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, restore_summary
-from effctx_tui.screens.snapshot_diff import DiffReport, DiffScreen, Detokenize, describe_diff
-from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
 
 BRANCH = "branch"  # what the screen is dismissed with after a branch
 

@@ -20,7 +20,6 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from effctx_core.events.timeline import Explanation, Timeline
-
 from effctx_tui.widgets.timing_charts import CHARTS, REUSED
 
 if TYPE_CHECKING:

@@ -13,7 +13,6 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from effctx_core.residency.blocks import BlockClass, BlockTable
-
 from effctx_tui.widgets.residency_palette import component_css, component_names
 from effctx_tui.widgets.residency_tape import squeeze_classes
 

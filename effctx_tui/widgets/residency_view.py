@@ -24,7 +24,6 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from effctx_core.residency.blocks import Block, BlockClass, BlockTable
-
 from effctx_tui.widgets.residency_palette import component_css, component_names
 from effctx_tui.widgets.residency_tape import Zoom, cell_blocks, cell_count, cell_of_token
 
@@ -149,9 +148,6 @@ class ResidencyView(ScrollView, can_focus=True, inherit_bindings=False):
             self._cursor = self._anchor = 0
         self._update_layout()
         self.refresh()
-
-    def select_block(self, index: int) -> None:
-        self._select(index)
 
     def move_cursor_to_token(self, token: int) -> None:
         if len(self._table):

@@ -9,7 +9,6 @@ from textual.widgets import Static
 
 from effctx_core.engine import NodeRestore
 from effctx_core.snapshots.tree import SnapshotTree
-
 from effctx_tui.themes import MUTED
 from effctx_tui.widgets.snapshot_tree import restore_summary, state_size
 

@@ -112,7 +112,7 @@ class SnapshotTreeView(Tree[str]):
         view = self._views.get(node_id)
         if view is None:
             return
-        self.last_line  # builds the lines, which gives each node its line for the cursor
+        _ = self.last_line  # building the lines gives each node its line for the cursor
         self.move_cursor(view)
 
     def show(

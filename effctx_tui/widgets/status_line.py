@@ -6,7 +6,6 @@ from textual.content import Content
 from textual.widgets import Static
 
 from effctx_core.contract import TurnResult
-
 from effctx_tui.themes import MUTED
 
 

@@ -66,7 +66,3 @@ class Transcript(VerticalScroll):
     def add_error(self, message: str) -> None:
         self.mount(Static(Text(message), classes="error-line"))
         self.scroll_end(animate=False)
-
-    @property
-    def reply_text(self) -> str:
-        return self._reply_text

@@ -1,5 +1,5 @@
 """SVG baselines of the TUI snapshot tests live in the repository's `snapshots/` folder
-(see DESIGN.md), one subfolder per test module, not in syrupy's `__snapshots__` beside
+(the layout the README describes), one subfolder per test module, not in syrupy's `__snapshots__` beside
 each test.
 
 Neither syrupy nor pytest-textual-snapshot has an option for the folder: syrupy's way is

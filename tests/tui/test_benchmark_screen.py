@@ -3,15 +3,13 @@ and Esc cancelling a run."""
 
 from __future__ import annotations
 
-import asyncio
-
+from pilot_wait import wait_for
 from textual import events
 from textual.widgets import DataTable, ProgressBar, Static
 
 from effctx_core.bench.cell import CellBenchPlan
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.benchmark import BenchmarkScreen
-from pilot_wait import wait_for
 
 SMALL = CellBenchPlan(prompt_tokens=128, decode_tokens=8, rounds=1, passkey_tokens=384, depths=(0.5,))
 
@@ -40,7 +38,8 @@ async def test_a_run_fills_throughput_and_passkey_quality_side_by_side(default_m
         bar = bench.query_one("#bench-progress", ProgressBar)
         assert not bench.running and (bar.total, bar.progress) == (3, 3)
         throughput = cells(bench.query_one("#bench-throughput", DataTable))
-        assert [row[0] for row in throughput] == ["direct llama.cpp", "engine", "engine / direct"]
+        assert [row[0] for row in throughput] == ["direct (raw loop)", "library API", "engine",
+                                                "engine / direct", "engine / library"]
         assert all(float(v.replace(",", "")) > 0 for row in throughput for v in row[1:])
         ((depth, key, answer, verdict, _),) = cells(bench.query_one("#bench-quality", DataTable))
         assert (depth, verdict) == ("0.50", "found") and key in answer
@@ -56,8 +55,7 @@ async def test_escape_cancels_a_running_benchmark_and_a_second_escape_goes_back(
         bench = await open_bench(pilot, app)
         await pilot.press("r")
         bar = bench.query_one("#bench-progress", ProgressBar)
-        while bar.progress < 1:  # the warm-up is done, the rounds run
-            await asyncio.sleep(0.01)
+        await wait_for(pilot, lambda: bar.progress >= 1, seconds=120)  # the warm-up is done, the rounds run
         app.post_message(events.Key("escape", None))
         await wait_for(pilot, lambda: not bench.running)
         assert str(bench.query_one("#bench-summary", Static).render()) == "benchmark cancelled"

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
+from pilot_wait import wait_for
 from textual import events
 from textual.widgets import DataTable, Input, ProgressBar, Static
 
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.cells import CellsScreen
-from pilot_wait import wait_for
 
 
 async def test_the_cells_screen_lists_cells_and_swaps_the_conversation(default_model):
@@ -52,8 +50,7 @@ async def test_escape_during_a_swap_recompute_cancels_it_and_stays_on_the_runnin
         cells.query_one(DataTable).move_cursor(row=[c.profile for c in cells.cells].index("q8"))
         await pilot.press("enter")
         bar = cells.query_one("#swap-progress", ProgressBar)
-        while bar.total != len(tape):  # the recompute's first chunk is done
-            await asyncio.sleep(0.005)
+        await wait_for(pilot, lambda: bar.total == len(tape))  # the recompute's first chunk is done
         app.post_message(events.Key("escape", None))
         await wait_for(pilot, lambda: not cells.swapping)
         note = str(cells.query_one("#cells-note", Static).render())

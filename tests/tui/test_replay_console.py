@@ -7,14 +7,14 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from pilot_wait import wait_for
 from textual.widgets import Input
 
 from effctx_core.events.reader import read_trace
+from effctx_core.residency import BlockClass
 from effctx_tui.app import EffctxApp
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.transcript import Transcript
-from effctx_core.residency import BlockClass
-from pilot_wait import wait_for
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 

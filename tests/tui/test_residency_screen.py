@@ -343,7 +343,7 @@ def test_a_squeezed_cell_shows_the_most_telling_class_it_covers():
 
 
 def test_a_tape_shorter_than_the_strip_repeats_its_tokens():
-    table = BlockTable.uniform(4, 1)
+    table = BlockTable.from_segments([(Segment.OTHER, 4)], 1)
     table.cls[:] = [BlockClass.SINK, BlockClass.HOT, BlockClass.COLD, BlockClass.EVICTED]
     assert [BlockClass(c).label for c in squeeze_classes(table, 8)] == [
         "sink", "sink", "hot", "hot", "cold", "cold", "evicted", "evicted",

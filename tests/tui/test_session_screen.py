@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import re
 
+from pilot_wait import wait_for
 from textual import events
 from textual.widgets import Input, ProgressBar
 
-from effctx_core.profiles import ResidencyConfig, load_profile
+from effctx_core.profiles import load_profile
+from effctx_core.residency.config import ResidencyConfig
 from effctx_core.snapshots import SnapshotStore
+from effctx_core.snapshots.tree_file import list_sessions
 from effctx_tui.app import EffctxApp
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
-from pilot_wait import wait_for
-
 
 
 def status_text(screen) -> str:
@@ -89,11 +90,13 @@ async def test_ctrl_n_starts_a_new_conversation(default_model):
 
 
 async def test_the_residency_strip_and_screen_follow_a_streaming_session(default_model):
-    from effctx_core.profiles import ResidencyConfig, load_profile
+    from textual.widgets import OptionList
+
+    from effctx_core.profiles import load_profile
     from effctx_core.residency import BlockClass
+    from effctx_core.residency.config import ResidencyConfig
     from effctx_tui.screens.residency import ResidencyScreen
     from effctx_tui.widgets.residency_strip import ResidencyStrip
-    from textual.widgets import OptionList
 
     profile = load_profile("streaming").with_changes(
         n_ctx=512, residency=ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=380, budget=384, block_size=4)
@@ -122,7 +125,6 @@ async def test_the_residency_strip_and_screen_follow_a_streaming_session(default
 
 async def test_a_named_session_is_saved_and_reopened_where_it_was(default_model, tmp_path, monkeypatch):
     from effctx_core.snapshots import SnapshotStore
-    from effctx_core.snapshots.tree import SnapshotTree
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     store = SnapshotStore(tmp_path / "store")
@@ -131,7 +133,7 @@ async def test_a_named_session_is_saved_and_reopened_where_it_was(default_model,
         screen = app.session_screen
         await wait_for(pilot, lambda: screen.ready)
         await pilot.press(*"Hello", "enter")
-        await wait_for(pilot, lambda: screen.turns_done == 1 and "demo" in SnapshotTree.list_sessions())
+        await wait_for(pilot, lambda: screen.turns_done == 1 and "demo" in list_sessions())
         tape = app.engine.tape
     reopened = EffctxApp(max_tokens=4, checkpoints=store, session_name="demo")
     async with reopened.run_test(size=(120, 30)) as pilot:
@@ -188,11 +190,11 @@ async def test_a_prefix_file_is_prefilled_once_then_restored_from_the_prefix_cac
         app = EffctxApp(max_tokens=2, checkpoints=None, prefix_text=NOTES, prefix_name="notes.txt", prefix_cache=store)
         async with app.run_test(size=(120, 30)) as pilot:
             screen = app.session_screen
-            await wait_for(pilot, lambda: screen.ready)
+            await wait_for(pilot, lambda screen=screen: screen.ready)
             notes.append(str(screen.query_one(Transcript).children[0].render()))
             prefix_tokens = len(app.engine.tape)
             await pilot.press(*"Hello", "enter")
-            await wait_for(pilot, lambda: screen.turns_done == 1)
+            await wait_for(pilot, lambda screen=screen: screen.turns_done == 1)
             reused.append(screen.last_result.reused)
     assert re.fullmatch(rf"notes\.txt: {prefix_tokens} tokens prefilled in [\d,]+ ms, stored in the prefix cache", notes[0])
     assert re.fullmatch(rf"notes\.txt: {prefix_tokens} tokens restored from the prefix cache in [\d,]+ ms", notes[1])

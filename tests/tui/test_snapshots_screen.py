@@ -9,8 +9,8 @@ opening "\\nUser:", which the tape keeps) then "What is two plus two?" (24 token
 
 from __future__ import annotations
 
-
 import pytest
+from pilot_wait import wait_for
 from snapshot_fixtures import SnapshotsApp
 from textual.command import CommandList
 from textual.widgets import Input
@@ -23,7 +23,6 @@ from effctx_tui.screens.snapshots import SnapshotsScreen
 from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, state_size
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
-from pilot_wait import wait_for
 
 HELLO, TWO_PLUS_TWO, JOKE = "Hello", "What is two plus two?", "Tell me a joke"
 

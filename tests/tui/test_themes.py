@@ -6,13 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pilot_wait import wait_for
 from textual.color import Color
 from textual.command import CommandList
 from textual.geometry import Region
 from theme_fixtures import (  # noqa: F401 - config_home is a fixture
-    SIZE, StripApp, ThemedResidencyApp, ThemedSnapshotsApp, config_home,
+    SIZE,
+    StripApp,
+    ThemedResidencyApp,
+    ThemedSnapshotsApp,
+    config_home,
 )
-from pilot_wait import wait_for
 
 from effctx_tui.themes import ThemeFileError, builtin_theme_files, load_theme_file, load_themes
 from effctx_tui.widgets.block_inspector import BlockInspector, block_rows

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 
+from pilot_wait import wait_for
 from rich.console import Console
 from textual.app import App
 from textual.widgets import Static
@@ -22,7 +23,6 @@ from effctx_core.events.timeline import ALL_REUSED, Timeline
 from effctx_core.events.trace import PrefillChunk, PrefixChecked, TokenDecoded, TurnFinished, TurnStarted
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.timings import TimingsScreen
-from pilot_wait import wait_for
 
 SIZE = (140, 44)
 WORDS = ["the ", "cat ", "sat ", "on ", "a ", "mat ", "under ", "sun "]

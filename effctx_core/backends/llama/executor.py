@@ -9,40 +9,27 @@ not move. Everything reported here was done and is therefore `observed`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from effctx_core.backends.llama.session import LlamaSession
+from effctx_core.contract import Capabilities, RangeAction
 from effctx_core.errors import UnsupportedFeatureError
 from effctx_core.residency import BlockClass, BlockTable
-from effctx_core.backends.llama.session import LlamaSession
 
 
-@dataclass(frozen=True)
-class RangeAction:
-    """One removal: original tape range, where it sat in the cache, what it became."""
-
-    action: str  # "evict" (gone) or "park" (cold: recoverable by recompute)
-    start: int
-    end: int
-    pos_start: int
-    pos_end: int
-    shifted_from: int  # first cache position moved down by the removal
-    shift: int  # how far (negative)
-    ms: float
+def check_policy(caps: Capabilities, policy: str) -> None:
+    """An evicting policy needs the cache to shift: this executor removes a middle range
+    and moves the later positions down."""
+    if policy != "none" and not caps.position_shift.supported:
+        raise UnsupportedFeatureError(
+            f"the {policy} policy removes middle ranges and shifts later positions, "
+            f"which this context cannot do: {caps.position_shift.reason}"
+        )
 
 
 class LlamaResidencyExecutor:
     def __init__(self, session: LlamaSession):
         self.session = session
-
-    def check_supported(self, policy: str) -> None:
-        caps = self.session.info.capabilities
-        if policy != "none" and not caps.position_shift:
-            raise UnsupportedFeatureError(
-                f"the {policy} policy removes middle ranges and shifts later positions, "
-                f"which this context cannot do: {caps.reasons['position_shift']}"
-            )
 
     def apply(self, current: BlockTable, planned: BlockTable, demoted: np.ndarray) -> list[RangeAction]:
         """Remove the demoted blocks (resident in `current`, not in `planned`)."""

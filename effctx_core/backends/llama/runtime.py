@@ -13,14 +13,15 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from types import FrameType
+from typing import Any, Callable, Sequence
 
 import llama_cpp
 import numpy as np
 
+from effctx_core.backends.llama.gguf_facts import check_gguf_file, facts_from_metadata
 from effctx_core.contract import ModelFacts
 from effctx_core.errors import ModelFileError
-from effctx_core.models import check_gguf_file, facts_from_metadata
 
 _init_lock = threading.Lock()
 _initialised = False
@@ -68,15 +69,15 @@ class LoadedModel:
     n_vocab: int
     is_recurrent: bool
 
-    def tokenize(self, text: str, add_bos: bool) -> list[int]:
+    def tokenize(self, text: str, add_bos: bool, special: bool = False) -> list[int]:
         data = text.encode("utf-8")
         capacity = len(data) + 8
         buf = (llama_cpp.llama_token * capacity)()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_bos, False)
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_bos, special)
         if n < 0:
             capacity = -n
             buf = (llama_cpp.llama_token * capacity)()
-            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_bos, False)
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_bos, special)
         return list(buf[:n])
 
     def piece(self, token: int) -> bytes:
@@ -122,7 +123,7 @@ class DeferredInterrupt:
 
     def __init__(self) -> None:
         self.hit = False
-        self._previous: object = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | signal.Handlers | None = None
 
     def __enter__(self) -> "DeferredInterrupt":
         if threading.current_thread() is threading.main_thread() \
@@ -130,7 +131,7 @@ class DeferredInterrupt:
             self._previous = signal.signal(signal.SIGINT, self._record)
         return self
 
-    def _record(self, signum, frame) -> None:
+    def _record(self, signum: int, frame: FrameType | None) -> None:
         self.hit = True
 
     def __exit__(self, *exc) -> None:
@@ -210,8 +211,14 @@ def _read_facts(path: Path, model) -> ModelFacts:
         llama_cpp.llama_model_meta_val_str_by_index(model, i, buf, len(buf))
         meta[key] = buf.value.decode("utf-8", "replace")
     template = llama_cpp.llama_model_chat_template(model, None)
-    vocab_size = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
-    return facts_from_metadata(path, meta, vocab_size, template.decode() if template else None)
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    vocab_size = int(llama_cpp.llama_vocab_n_tokens(vocab))
+
+    def token_text(token: int) -> str:
+        return bytes(llama_cpp.llama_vocab_get_text(vocab, token)).decode("utf-8", "replace")
+
+    return facts_from_metadata(path, meta, vocab_size, template.decode() if template else None,
+                               token_text=token_text)
 
 
 class Batch:

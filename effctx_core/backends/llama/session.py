@@ -1,27 +1,33 @@
-"""The llama.cpp backend, on llama-cpp-python's low-level C API.
-
-Facts this module relies on are measured in shared/notes/llama-cpp-python.md; the
-pitfall numbers in comments refer to that page.
-"""
+"""A llama.cpp session on llama-cpp-python's low-level C API: one sequence, its cache and
+its token tape, kept in step."""
 
 from __future__ import annotations
 
 import ctypes
 import random
 import time
-from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence, TypedDict
 
 import llama_cpp
 import numpy as np
 
+from effctx_core.backends.llama.runtime import (
+    Batch,
+    DeferredInterrupt,
+    LoadedModel,
+    clear_llama_errors,
+    llama_error_reason,
+)
+from effctx_core.backends.llama.settings import KV_CACHE_TYPES, QUANTIZED_TYPES, kv_settings
 from effctx_core.contract import (
     Capabilities,
+    Capability,
     ContextLimit,
     ContextReport,
     DecodeConfig,
     ModelInfo,
     PrefillProgress,
+    PrefixCause,
     PrefixStatus,
     ProgressSink,
     SessionSnapshot,
@@ -30,19 +36,23 @@ from effctx_core.contract import (
 )
 from effctx_core.errors import ContextOverflowError, EffctxError, IdentityMismatchError, SessionFatalError
 from effctx_core.identity import RuntimeIdentity
-from effctx_core.profiles import KV_CACHE_TYPES, Profile
 from effctx_core.transcript import chat_format_for
-from effctx_core.backends.llama.runtime import (
-    Batch,
-    DeferredInterrupt,
-    LoadedModel,
-    clear_llama_errors,
-    llama_error_reason,
-    load_model,
-)
+
+if TYPE_CHECKING:
+    # The profile is read, never built, here: the backends sit below the profile schema.
+    from effctx_core.profiles import Profile
 
 SEQ = 0
 _DECODE_NO_SLOT = 1
+
+
+class _Stats(TypedDict):
+    prefill_calls: int
+    prefill_tokens: int
+    prefill_ms: float
+    decode_calls: int
+    decode_tokens: int
+    decode_ms: float
 
 
 def _ms_since(t0: int) -> float:
@@ -57,26 +67,23 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if len(diff) else n
 
 
-class LlamaBackend:
-    name = "llama"
-
-    def version(self) -> str:
-        return llama_cpp.__version__
-
-    def open(self, model_path: str | Path, profile: Profile) -> "LlamaSession":
-        return LlamaSession(load_model(Path(model_path)), profile, self.version())
-
-    def residency_executor(self, session: "LlamaSession"):
-        from effctx_core.backends.llama.executor import LlamaResidencyExecutor
-
-        return LlamaResidencyExecutor(session)
-
-    def describe(self, model_path: str | Path, profile: Profile) -> ModelInfo:
-        session = self.open(model_path, profile)
-        try:
-            return session.info
-        finally:
-            session.close()
+def context_params(profile: Profile) -> llama_cpp.llama_context_params:
+    """llama.cpp's context parameters for a profile: one sequence, ubatch = batch."""
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = profile.n_ctx
+    params.n_batch = profile.n_batch
+    params.n_ubatch = profile.n_batch
+    params.n_seq_max = 1
+    params.n_threads = profile.n_threads
+    params.n_threads_batch = profile.n_threads
+    params.flash_attn_type = (
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if profile.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
+    params.type_k = KV_CACHE_TYPES[profile.kv_cache_type_k]
+    params.type_v = KV_CACHE_TYPES[profile.kv_cache_type_v]
+    params.swa_full = profile.swa_full
+    params.no_perf = True
+    return params
 
 
 class LlamaSession:
@@ -88,20 +95,7 @@ class LlamaSession:
             )
         self._model = model
         self._profile = profile
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = profile.n_ctx
-        params.n_batch = profile.n_batch
-        params.n_ubatch = profile.n_batch
-        params.n_seq_max = 1
-        params.n_threads = profile.n_threads
-        params.n_threads_batch = profile.n_threads
-        params.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if profile.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        params.type_k = KV_CACHE_TYPES[profile.kv_cache_type_k]
-        params.type_v = KV_CACHE_TYPES[profile.kv_cache_type_v]
-        params.swa_full = profile.swa_full
-        params.no_perf = True
+        params = context_params(profile)
         clear_llama_errors()
         with DeferredInterrupt() as deferred:
             ctx = llama_cpp.llama_init_from_model(model.model, params)
@@ -131,18 +125,15 @@ class LlamaSession:
         self._restore_floor = 0
         self._poisoned: str | None = None
         self._closed = False
-        self._stats = {"prefill_calls": 0, "prefill_tokens": 0, "prefill_ms": 0.0,
+        self._stats: _Stats = {"prefill_calls": 0, "prefill_tokens": 0, "prefill_ms": 0.0,
                        "decode_calls": 0, "decode_tokens": 0, "decode_ms": 0.0}
-        self.identity = RuntimeIdentity(
+        self.identity = RuntimeIdentity.build(
             backend="llama",
             backend_version=backend_version,
             model_sha256=facts.sha256,
-            kv_cache_type_k=profile.kv_cache_type_k,
-            kv_cache_type_v=profile.kv_cache_type_v,
-            flash_attn=profile.flash_attn,
-            n_batch=profile.n_batch,
-            residency=profile.kv_fields()["residency"],
-            chat_format=chat_format_for(facts).name,
+            kv_settings=kv_settings(profile),
+            residency=profile.residency.identity_key,
+            prompt_template=chat_format_for(facts).identity,
             add_bos=facts.add_bos,
         )
         self._info = self._build_info(backend_version)
@@ -153,35 +144,41 @@ class LlamaSession:
         facts, profile = self._model.facts, self._profile
         n_swa = self._model.n_swa
         can_shift = bool(llama_cpp.llama_memory_can_shift(self._mem))
-        reasons = {
-            "position_shift": (
-                "llama_memory_can_shift is true for this context"
-                if can_shift
-                else "llama_memory_can_shift is false"
-                + (" (a sliding-window cache without swa_full cannot shift)" if n_swa and not profile.swa_full else "")
-            ),
-            "quantized_v_cache": (
-                "flash attention is on" if profile.flash_attn
-                else "needs flash attention: llama.cpp refuses a quantized V cache without it"
-            ),
-            "exact_snapshot_replay": (
-                "flash attention is off: restore + re-decode gives identical logits"
-                if not profile.flash_attn
-                else "flash attention is on: restored state drifts (measured max|dlogit| about 1)"
-            ),
-        }
+        notes = {}
         if facts.sliding_window and facts.sliding_window != n_swa:
-            reasons["sliding_window"] = (
+            notes["sliding_window"] = (
                 f"GGUF says {facts.sliding_window}, llama.cpp uses {n_swa}: llama.cpp's value is used"
             )
         elif n_swa:
-            reasons["sliding_window"] = f"GGUF and llama_model_n_swa agree: {n_swa}"
+            notes["sliding_window"] = f"GGUF and llama_model_n_swa agree: {n_swa}"
         if not n_swa:
-            rollback = "any position"
+            floor, floor_reason = None, "every layer attends globally"
         elif profile.swa_full:
-            rollback = "any position (swa_full keeps every sliding-window position)"
+            floor, floor_reason = None, "swa_full keeps every sliding-window position"
         else:
-            rollback = f"only positions at least {n_swa} past the oldest sliding-window position still held"
+            floor, floor_reason = n_swa, f"the sliding-window layers keep only the last {n_swa} positions"
+        fa = profile.flash_attn
+        capabilities = Capabilities(
+            position_shift=Capability(can_shift, (
+                "llama_memory_can_shift is true for this context" if can_shift
+                else "llama_memory_can_shift is false"
+                + (" (a sliding-window cache without swa_full cannot shift)" if n_swa and not profile.swa_full else "")
+            )),
+            state_snapshot=Capability(True, "llama_state_seq_get_data / set_data save and load the sequence"),
+            exact_snapshot=Capability(not fa, (
+                "flash attention is off: restore + re-decode gives identical logits" if not fa
+                else "flash attention is on: restored state drifts (measured max|dlogit| about 1)"
+            )),
+            attention_scores=Capability(False, "llama.cpp's C API does not expose attention weights"),
+            quantized_k=Capability(True, f"llama.cpp takes {', '.join(QUANTIZED_TYPES)} for K"),
+            quantized_v=Capability(fa, (
+                "flash attention is on" if fa
+                else "needs flash attention: llama.cpp refuses a quantized V cache without it"
+            )),
+            rollback_floor=floor,
+            rollback_reason=floor_reason,
+            notes=notes,
+        )
         limits = [
             ContextLimit("trained", self._model.n_ctx_train, f"the model was trained for {self._model.n_ctx_train} tokens (GGUF {facts.architecture}.context_length)"),
             ContextLimit(
@@ -196,15 +193,11 @@ class LlamaSession:
             backend="llama",
             backend_version=backend_version,
             identity=self.identity,
+            # llama-cpp-python is built here without a GPU backend and loads no layers
+            # onto one (n_gpu_layers 0): every tensor and the cache are in host memory.
+            device="cpu",
             n_ctx=self._n_ctx,
-            n_batch=profile.n_batch,
-            capabilities=Capabilities(
-                position_shift=can_shift,
-                quantized_v_cache=profile.flash_attn,
-                exact_snapshot_replay=not profile.flash_attn,
-                safe_rollback_tokens=rollback,
-                reasons=reasons,
-            ),
+            capabilities=capabilities,
             limits=tuple(limits),
         )
 
@@ -220,8 +213,8 @@ class LlamaSession:
     def model(self) -> LoadedModel:
         return self._model
 
-    def tokenize(self, text: str, add_bos: bool) -> list[int]:
-        return self._model.tokenize(text, add_bos)
+    def tokenize(self, text: str, add_bos: bool, special: bool = False) -> list[int]:
+        return self._model.tokenize(text, add_bos, special)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self._model.detokenize(tokens)
@@ -244,7 +237,11 @@ class LlamaSession:
         return max(held, self._restore_floor, 0)
 
     def rollback_limit(self) -> int:
-        """The shortest prefix the cache can be cut back to and still be exact (pitfall 3)."""
+        """The shortest prefix the cache can be cut back to and still be exact.
+
+        A sliding-window layer drops positions older than the window as the tape grows;
+        cut back below the oldest one it holds plus the window, it would attend to
+        positions it no longer has."""
         n = len(self._resident)
         n_swa = self._model.n_swa
         if n == 0:
@@ -323,8 +320,9 @@ class LlamaSession:
         return elapsed
 
     def _recover_failed_eval(self, rc: int, stage: str, start: int, total: int) -> None:
-        # Earlier chunks of this call are already committed (pitfall 8): take them back
-        # when that is exact, so the call leaves the session as it was.
+        # llama_decode commits each ubatch as it goes: the chunks before the failing one
+        # are in the cache. Take them back when that is exact, so the call leaves the
+        # session as it was.
         committed = len(self._resident)
         if committed > start:
             if self.rollback_limit() <= start and llama_cpp.llama_memory_seq_rm(self._mem, SEQ, start, -1):
@@ -341,8 +339,8 @@ class LlamaSession:
         raise self._poison(f"llama_decode returned {rc}: {llama_error_reason('inconsistent positions or batch')}")
 
     def _refresh_logits(self) -> None:
-        # After any KV edit or restore the context's logits belong to another state
-        # (pitfall 2): drop the last position and decode its token again.
+        # After any KV edit or restore the context's logits belong to another state (the
+        # last batch evaluated before it): drop the last position and decode its token again.
         last = len(self._resident) - 1
         if last < 0:
             raise EffctxError("nothing to decode from: the session holds no tokens")
@@ -360,15 +358,12 @@ class LlamaSession:
             raise ContextOverflowError("prefix", 0, len(prefix), self._n_ctx)
         before = len(self._resident)
         keep = common_prefix_length(self._resident, prefix)
-        reason = self._prefix_reason(before, keep, len(prefix))
+        cause, diverged_at, floor = self._prefix_cause(before, keep, len(prefix)), None, None
         if keep < before:
+            diverged_at = keep
             limit = self.rollback_limit()
             if keep < limit:
-                reason = (
-                    f"sliding-window rollback limit: the cache can be cut back to {limit} tokens "
-                    f"at the earliest, the prefix diverges at {keep}; re-prefilled from the start"
-                )
-                keep = 0
+                cause, floor, keep = PrefixCause.ROLLBACK_LIMIT, limit, 0
             self._truncate(keep)
         self._pending = []
         t0 = time.perf_counter_ns()
@@ -382,18 +377,20 @@ class LlamaSession:
             resident=len(self._resident),
             available=self._n_ctx - len(self._resident),
             prefill_ms=_ms_since(t0) if len(prefix) > keep else 0.0,
-            reason=reason,
+            cause=cause,
+            diverged_at=diverged_at,
+            rollback_floor=floor,
         )
 
     @staticmethod
-    def _prefix_reason(before: int, keep: int, wanted: int) -> str:
+    def _prefix_cause(before: int, keep: int, wanted: int) -> PrefixCause:
         if before == 0:
-            return "empty cache"
+            return PrefixCause.EMPTY
         if keep == before == wanted:
-            return "identical to the resident tape"
+            return PrefixCause.IDENTICAL
         if keep == before:
-            return "extends the resident tape"
-        return f"diverges from the resident tape at token {keep}"
+            return PrefixCause.EXTENDS
+        return PrefixCause.DIVERGED
 
     def _count_prefill(self, n: int, ms: float) -> None:
         if n:
@@ -557,7 +554,7 @@ class LlamaSession:
             decode_tokens=s["decode_tokens"],
             decode_ms=s["decode_ms"],
             poisoned=self._poisoned is not None,
-            swa_floor=self.rollback_limit(),
+            rollback_floor=self.rollback_limit(),
         )
 
     def close(self) -> None:

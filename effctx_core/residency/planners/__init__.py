@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from effctx_core.errors import EffctxError
-from effctx_core.profiles import ResidencyConfig
+from effctx_core.contract import Capabilities
+from effctx_core.errors import EffctxError, UnsupportedFeatureError
+from effctx_core.residency.config import ResidencyConfig
 from effctx_core.residency.planners.base import Planner, PlannerCaps
 from effctx_core.residency.planners.budget import BudgetPlanner
 from effctx_core.residency.planners.none import NonePlanner
@@ -11,7 +12,22 @@ from effctx_core.residency.planners.scored import ScoredPlanner
 from effctx_core.residency.planners.streaming import StreamingPlanner
 
 
-def planner_for(config: ResidencyConfig) -> Planner:
+def planner_caps(capabilities: Capabilities) -> PlannerCaps:
+    """What a backend's capability report lets a planner use."""
+    return PlannerCaps(attention_scores=capabilities.attention_scores.supported)
+
+
+def check_planner(policy: str, caps: PlannerCaps) -> None:
+    """The policies that need something from the backend, and what: a scored policy ranks
+    by attention scores, so it is refused where the backend supplies none, never faked."""
+    if policy == "scored" and not caps.attention_scores:
+        raise UnsupportedFeatureError(
+            "the scored policy needs attention scores, and this backend does not supply them"
+        )
+
+
+def planner_for(config: ResidencyConfig, caps: PlannerCaps) -> Planner:
+    check_planner(config.policy, caps)
     if config.policy == "none":
         return NonePlanner()
     if config.policy == "streaming":
@@ -23,4 +39,4 @@ def planner_for(config: ResidencyConfig) -> Planner:
     raise EffctxError(f"unknown residency policy {config.policy!r}")
 
 
-__all__ = ["Planner", "PlannerCaps", "planner_for", "NonePlanner", "StreamingPlanner", "BudgetPlanner", "ScoredPlanner"]
+__all__ = ["Planner", "PlannerCaps", "check_planner", "planner_caps", "planner_for", "NonePlanner", "StreamingPlanner", "BudgetPlanner", "ScoredPlanner"]

@@ -119,11 +119,6 @@ def split_lowest(keys: np.ndarray, sizes: np.ndarray, over: int, room: int) -> t
     return victims, ~victims
 
 
-def ascending_order(idx: np.ndarray, *keys: tuple[np.ndarray, int]) -> np.ndarray:
-    """Positions into `idx` sorted by the keys (first key first), ties by block index."""
-    return np.argsort(sort_keys(idx, *keys))
-
-
 def float_key(values: np.ndarray) -> np.ndarray:
     """float32 values as unsigned 32-bit integers in the same order (NaN last)."""
     bits = np.nan_to_num(values.astype(np.float32), nan=np.inf).view(np.uint32).astype(np.int64)

@@ -1,13 +1,12 @@
 """`scored`: keep the heavy hitters, the blocks with the highest attention scores (H2O).
 
-Only where the backend supplies scores; otherwise the policy is refused, never faked.
+Only where the backend supplies scores: `planner_for` refuses the policy otherwise.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from effctx_core.errors import UnsupportedFeatureError
 from effctx_core.residency.blocks import BlockClass, BlockTable, Reason
 from effctx_core.residency.planners.base import (
     PlannerCaps,
@@ -24,10 +23,6 @@ class ScoredPlanner(WindowedPlanner):
     name = "scored"
 
     def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable:
-        if not caps.attention_scores:
-            raise UnsupportedFeatureError(
-                "the scored policy needs attention scores, and this backend does not supply them"
-            )
         out, open_ = mark_windows(table, self.sink_tokens, self.recent_tokens)
         idx = np.flatnonzero(open_)
         room = max(budget - protected_tokens(out, open_), 0)

@@ -1,0 +1,56 @@
+"""The llama backend: llama-cpp-python's low-level C API behind the cell contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import llama_cpp
+
+from effctx_core.backends.llama.executor import LlamaResidencyExecutor, check_policy
+from effctx_core.backends.llama.gguf_facts import check_gguf_file
+from effctx_core.backends.llama.runtime import load_model
+from effctx_core.backends.llama.session import LlamaSession
+from effctx_core.contract import Baseline, ModelInfo, Session
+
+if TYPE_CHECKING:
+    # The profile is read, never built, here: the backends sit below the profile schema.
+    from effctx_core.profiles import Profile
+
+
+class LlamaBackend:
+    name = "llama"
+
+    def version(self) -> str:
+        return str(llama_cpp.__version__)
+
+    def check_model(self, path: Path) -> None:
+        check_gguf_file(path)
+
+    def open(self, model_path: Path, profile: Profile) -> LlamaSession:
+        return LlamaSession(load_model(Path(model_path)), profile, self.version())
+
+    def describe(self, model_path: Path, profile: Profile) -> ModelInfo:
+        session = self.open(model_path, profile)
+        try:
+            return session.info
+        finally:
+            session.close()
+
+    def check_policy(self, info: ModelInfo, policy: str) -> None:
+        check_policy(info.capabilities, policy)
+
+    def residency_executor(self, session: Session) -> LlamaResidencyExecutor:
+        if not isinstance(session, LlamaSession):
+            raise TypeError(f"the llama executor needs a llama session, not {type(session).__name__}")
+        return LlamaResidencyExecutor(session)
+
+    def baseline(self, model_path: Path, profile: Profile) -> Baseline:
+        from effctx_core.backends.llama.baseline import LlamaBaseline
+
+        return LlamaBaseline(Path(model_path), profile)
+
+    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
+        from effctx_core.backends.llama.capacity import capacity_report
+
+        return capacity_report(info, profile, memory_bytes)

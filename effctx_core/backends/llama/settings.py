@@ -1,0 +1,57 @@
+"""The llama backend's profile settings: which K/V cache types llama.cpp takes, which need
+flash attention, and which settings change what the cache holds for a token list."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from effctx_core.identity import Setting
+
+if TYPE_CHECKING:
+    from effctx_core.profiles import Profile
+
+# ggml type ids of the cache element types llama.cpp accepts for K and V.
+KV_CACHE_TYPES: dict[str, int] = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "iq4_nl": 20,
+    "bf16": 30,
+}
+
+# Without flash attention llama.cpp refuses to create a context with any other V type.
+PLAIN_V_TYPES = ("f32", "f16", "bf16")
+QUANTIZED_TYPES = tuple(t for t in KV_CACHE_TYPES if t not in PLAIN_V_TYPES)
+
+
+def check_profile(profile: "Profile", where: str) -> list[str]:
+    """What is wrong with the profile for llama.cpp, one line each (empty: nothing)."""
+    problems = []
+    for side in ("k", "v"):
+        kind = getattr(profile, f"kv_cache_type_{side}")
+        if kind not in KV_CACHE_TYPES:
+            problems.append(f"{where}: unknown KV cache type {kind!r} for {side.upper()} "
+                            f"(known: {', '.join(KV_CACHE_TYPES)})")
+    if profile.kv_cache_type_v in KV_CACHE_TYPES and profile.kv_cache_type_v not in PLAIN_V_TYPES \
+            and not profile.flash_attn:
+        problems.append(f"{where}: V cache type {profile.kv_cache_type_v} needs flash_attn = true "
+                        "(llama.cpp cannot create a context with a quantized V cache without it)")
+    return problems
+
+
+def kv_settings(profile: "Profile") -> dict[str, Setting]:
+    """The settings that change the numbers written into the cache, for the identity."""
+    return {
+        "kv_cache_type_k": profile.kv_cache_type_k,
+        "kv_cache_type_v": profile.kv_cache_type_v,
+        # Flash attention changes the numbers written into the cache (measured max|dlogit|
+        # about 1 against the non-FA path).
+        "flash_attn": profile.flash_attn,
+        # llama.cpp's kernels give other numbers for other batch sizes (measured
+        # max|dlogit| 1.1 between a 1- and a 14-token batch).
+        "n_batch": profile.n_batch,
+    }

@@ -1,0 +1,43 @@
+"""The running cell: backend, profile, session, residency tracker and executor, opened
+and closed as one. A swap replaces it whole, and a failed swap puts the old one back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from effctx_core.backends.registry import get_backend
+from effctx_core.cells import check_cell
+from effctx_core.contract import Backend, ResidencyExecutor, Session
+from effctx_core.errors import EffctxError
+from effctx_core.profiles import Profile
+from effctx_core.residency.planners import planner_caps
+from effctx_core.residency.tracker import ResidencyTracker
+
+
+@dataclass(frozen=True)
+class RunningCell:
+    backend: Backend
+    profile: Profile
+    session: Session
+    tracker: ResidencyTracker
+    executor: ResidencyExecutor
+
+    @classmethod
+    def open(cls, model_path: Path, profile: Profile) -> "RunningCell":
+        """A session of `profile` with its residency tracker and executor, or an error and
+        nothing left open."""
+        backend = get_backend(profile.backend)
+        session = backend.open(model_path, profile)
+        try:
+            info = session.info
+            check_cell(backend, info, profile.residency)
+            tracker = ResidencyTracker(profile.residency, profile.budget_tokens, planner_caps(info.capabilities))
+            executor = backend.residency_executor(session)
+        except EffctxError:
+            session.close()
+            raise
+        return cls(backend, profile, session, tracker, executor)
+
+    def close(self) -> None:
+        self.session.close()

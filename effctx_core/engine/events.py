@@ -1,0 +1,55 @@
+"""The engine's event bus: every event goes to the subscribers and, when asked, to a trace."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from effctx_core.events.trace import ErrorRaised, Event, TraceWriter
+
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    def __init__(self, trace_path: str | Path | None = None):
+        self._subscribers: list[Subscriber] = []
+        self._trace = TraceWriter(Path(trace_path)) if trace_path else None
+        self._trace_error: str | None = None
+        self._t0 = time.perf_counter()
+        self.started_wall = time.time()
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        self._subscribers.append(subscriber)
+        return lambda: self._subscribers.remove(subscriber)
+
+    def elapsed_ms(self) -> float:
+        return round((time.perf_counter() - self._t0) * 1000, 3)
+
+    def emit(self, event_type: type[Event], **fields: Any) -> None:
+        event = event_type(**fields, t_ms=self.elapsed_ms())
+        if self._trace is not None:
+            self._trace(event)
+            self._check_trace()
+        self._deliver(event)
+
+    def _deliver(self, event: Event) -> None:
+        for subscriber in list(self._subscribers):
+            subscriber(event)
+
+    def _check_trace(self) -> None:
+        """A trace that stopped being written is said once, to the subscribers (the
+        console shows it); the work goes on, and `trace_error` keeps the reason."""
+        if self._trace is not None and self._trace.error and self._trace_error is None:
+            self._trace_error = self._trace.error
+            self._deliver(ErrorRaised(error="TraceWriteError", message=self._trace_error, t_ms=self.elapsed_ms()))
+
+    @property
+    def trace_error(self) -> str | None:
+        return self._trace_error
+
+    def close(self) -> None:
+        if self._trace is not None:
+            self._trace.close()
+            self._check_trace()
+            self._trace = None

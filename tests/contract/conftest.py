@@ -1,0 +1,102 @@
+"""The cell contract's conformance suite: every registered backend, on every model it can
+read (the default model and a tiny random-weight llama model), runs the same tests.
+
+A backend joins by being in the registry; nothing here names one. What runs is decided
+by the backend's own capability report: a claimed capability is exercised, and a test of
+one that is not claimed is skipped with the capability's name and the backend's reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from tiny_gguf import write_tiny_llama_gguf
+
+from effctx_core.backends.registry import BACKENDS, get_backend
+from effctx_core.contract import Backend, Capability, Session
+from effctx_core.errors import ModelFileError
+from effctx_core.models import prepare_default_model
+from effctx_core.profiles import Profile
+
+MODELS = ("default", "tiny")
+
+# Short enough to keep the suite fast, long enough for several prefill chunks.
+N_CTX = 512
+N_BATCH = 64
+
+
+@dataclass(frozen=True)
+class CellUnderTest:
+    backend: Backend
+    model_name: str
+    model_path: Path
+
+    def profile(self, **changes: object) -> Profile:
+        base = Profile(name="contract", backend=self.backend.name, n_ctx=N_CTX, n_batch=N_BATCH,
+                       description="the conformance suite's cell")
+        return base.with_changes(**changes) if changes else base
+
+    def open(self, **changes: object) -> Session:
+        return self.backend.open(self.model_path, self.profile(**changes))
+
+    def __str__(self) -> str:
+        return f"{self.backend.name}-{self.model_name}"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf")
+
+
+def _model_path(name: str, request: pytest.FixtureRequest) -> Path:
+    if name == "default":
+        return prepare_default_model()
+    path: Path = request.getfixturevalue("tiny_model")
+    return path
+
+
+@pytest.fixture(scope="module", params=[(b, m) for b in BACKENDS for m in MODELS], ids=lambda p: f"{p[0]}-{p[1]}")
+def cell(request: pytest.FixtureRequest) -> CellUnderTest:
+    backend_name, model_name = request.param
+    backend = get_backend(backend_name)
+    path = _model_path(model_name, request)
+    try:
+        backend.check_model(path)
+    except ModelFileError as exc:
+        pytest.skip(f"the {backend_name} backend does not read the {model_name} model: {exc}")
+    return CellUnderTest(backend, model_name, path)
+
+
+@pytest.fixture(scope="module")
+def session(cell: CellUnderTest) -> Iterator[Session]:
+    """One session per module and cell; each test starts from an empty cache."""
+    opened = cell.open()
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def fresh(session: Session) -> Session:
+    session.ensure_prefix([])
+    return session
+
+
+def require(capability: Capability, name: str) -> None:
+    """Skip unless the backend claims the capability, naming it and the backend's reason."""
+    if not capability.supported:
+        pytest.skip(f"needs {name}: {capability.reason}")
+
+
+def words(session: Session, n_tokens: int, seed: int = 0) -> list[int]:
+    """About n_tokens tokens of ordinary text, without BOS, the same on every backend."""
+    vocabulary = ("the quick brown fox jumps over the lazy dog and then it runs far away into the green "
+                  "field where the sun is warm and the sky is blue").split()
+    out: list[int] = []
+    i = seed
+    while len(out) < n_tokens:
+        out += session.tokenize(" " + vocabulary[i % len(vocabulary)], False)
+        i += 7
+    return out[:n_tokens]

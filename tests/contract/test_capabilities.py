@@ -1,0 +1,80 @@
+"""What a capability report claims is exercised; what it does not claim is refused with
+the capability's reason, never faked."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import require, words
+
+from effctx_core.contract import DecodeConfig
+from effctx_core.engine import SessionEngine
+from effctx_core.errors import UnsupportedFeatureError
+from effctx_core.residency.config import ResidencyConfig
+
+STREAMING = ResidencyConfig(policy="streaming", sink_tokens=32, recent_tokens=192, budget=256, block_size=32,
+                            slide_tokens=32)
+SCORED = ResidencyConfig(policy="scored", sink_tokens=32, recent_tokens=96, budget=256, block_size=32)
+
+
+def test_every_flag_says_why_it_has_its_value(session):
+    caps = session.info.capabilities
+    assert set(caps.flags()) == {"position_shift", "state_snapshot", "exact_snapshot", "attention_scores",
+                                 "quantized_k", "quantized_v"}
+    assert all(cap.reason.strip() for cap in caps.flags().values())
+    assert caps.rollback_reason.strip()
+
+
+def test_no_rollback_floor_means_any_cut_is_kept(fresh):
+    if fresh.info.capabilities.rollback_floor is not None:
+        pytest.skip(f"has a rollback floor: {fresh.info.capabilities.rollback_reason}")
+    tape = words(fresh, 40)
+    fresh.ensure_prefix(tape)
+    assert fresh.ensure_prefix(tape[:1] + words(fresh, 5, seed=9)).reused == 1
+
+
+def test_a_claimed_position_shift_lets_a_streaming_policy_run_past_n_ctx(cell, session):
+    require(session.info.capabilities.position_shift, "position_shift")
+    engine = SessionEngine(cell.model_path, cell.profile(residency=STREAMING))
+    try:
+        engine.open()
+        result = engine.complete("word " * (2 * engine.info.n_ctx), DecodeConfig(max_tokens=4))
+        report = engine.residency_report()
+        assert result.stop_reason in ("max_tokens", "eog") and result.evicted > 0
+        assert report.resident_tokens <= 256 and engine.explain().resident_tokens == report.resident_tokens
+    finally:
+        engine.close()
+
+
+def test_an_evicting_policy_without_position_shift_is_refused_with_the_reason(cell, session):
+    caps = session.info.capabilities
+    if caps.position_shift.supported:
+        pytest.skip("claims position_shift: exercised by the streaming test")
+    with pytest.raises(UnsupportedFeatureError, match="streaming"):
+        SessionEngine(cell.model_path, cell.profile(residency=STREAMING)).open()
+
+
+def test_the_scored_policy_runs_only_on_attention_scores(cell, session):
+    scores = session.info.capabilities.attention_scores
+    engine = SessionEngine(cell.model_path, cell.profile(residency=SCORED))
+    try:
+        if not scores.supported:
+            with pytest.raises(UnsupportedFeatureError, match="attention scores"):
+                engine.open()
+            return
+        engine.open()
+        assert engine.complete("word " * 400, DecodeConfig(max_tokens=2)).evicted > 0
+    finally:
+        engine.close()
+
+
+def test_quantized_caches_run_where_claimed(cell, session):
+    caps = session.info.capabilities
+    require(caps.quantized_k, "quantized_k")
+    quantized = cell.open(kv_cache_type_k="q8_0")
+    try:
+        assert quantized.info.identity.setting("kv_cache_type_k") == "q8_0"
+        assert quantized.info.identity != session.info.identity
+        quantized.ensure_prefix(words(quantized, 20))
+        assert len(list(quantized.decode(DecodeConfig(max_tokens=2)))) >= 1
+    finally:
+        quantized.close()

@@ -1,0 +1,75 @@
+"""Decoding and the engine's bookkeeping: stop reasons, token accounting that agrees
+with the backend's own counts, and a cancel between two prefill chunks."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import N_BATCH, words
+
+from effctx_core.contract import DecodeConfig
+from effctx_core.engine import SessionEngine
+
+
+@pytest.fixture(scope="module")
+def engine(cell):
+    opened = SessionEngine(cell.model_path, cell.profile())
+    opened.open()
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def clean(engine):
+    engine.reset()
+    return engine
+
+
+def test_decode_hands_out_max_tokens_and_says_so_on_the_last(fresh):
+    fresh.ensure_prefix(words(fresh, 20))
+    chunks = list(fresh.decode(DecodeConfig(max_tokens=5)))
+    if chunks[-1].stop_reason == "eog":
+        pytest.skip("the model ended its reply before 5 tokens")
+    assert [c.index for c in chunks] == [0, 1, 2, 3, 4]
+    assert [c.stop_reason for c in chunks] == [None, None, None, None, "max_tokens"]
+    assert fresh.explain().resident_tokens == 25  # every handed-out token is in the cache
+
+
+def test_a_full_context_stops_the_reply_with_n_ctx(fresh):
+    n_ctx = fresh.info.n_ctx
+    fresh.ensure_prefix(words(fresh, n_ctx - 3))
+    chunks = list(fresh.decode(DecodeConfig(max_tokens=10)))
+    if chunks[-1].stop_reason == "eog":
+        pytest.skip("the model ended its reply before the context filled")
+    assert chunks[-1].stop_reason == "n_ctx" and len(chunks) <= 3
+
+
+def test_a_stop_string_ends_the_turn_with_stop(clean):
+    probe = clean.complete("The sky is", DecodeConfig(max_tokens=6))
+    if probe.stop_reason == "eog" or len(probe.text.strip()) < 2:
+        pytest.skip("the model wrote too little to stop inside it")
+    clean.reset()
+    stop = probe.text.strip()[:2]
+    result = clean.complete("The sky is", DecodeConfig(max_tokens=6, stop=(stop,)))
+    assert result.stop_reason == "stop" and result.text == probe.text[:probe.text.index(stop)]
+
+
+def test_the_engine_counts_what_the_backend_did(clean):
+    before = clean.explain()
+    first = clean.complete("Once upon a time", DecodeConfig(max_tokens=5))
+    second = clean.complete(" and then", DecodeConfig(max_tokens=3))
+    after = clean.explain()
+    assert after.prefill_tokens - before.prefill_tokens == first.prefilled + second.prefilled
+    assert after.decode_tokens - before.decode_tokens == first.generated + second.generated
+    assert len(clean.tape) == first.prefilled + first.generated + second.prefilled + second.generated
+
+
+def test_a_cancel_stops_the_prefill_between_two_chunks(clean):
+    unsubscribe = clean.subscribe(lambda e: clean.cancel() if e.kind == "prefill_chunk" else None)
+    try:
+        result = clean.complete("word " * (3 * N_BATCH), DecodeConfig(max_tokens=4))
+    finally:
+        unsubscribe()
+    assert (result.stop_reason, result.prefilled, result.generated) == ("cancelled", N_BATCH, 0)
+    assert clean.tape == () and clean.explain().resident_tokens == N_BATCH
+    after = clean.complete("Hello", DecodeConfig(max_tokens=1))
+    assert (after.reused, after.dropped) == (0, N_BATCH)

@@ -1,0 +1,80 @@
+"""ensure_prefix keeps the longest common prefix, drops the rest, prefills the difference,
+and says why with a structured cause."""
+
+from __future__ import annotations
+
+from conftest import words
+
+from effctx_core.contract import PrefixCause
+
+
+def test_an_empty_cache_prefills_the_whole_prefix(fresh):
+    tape = words(fresh, 40)
+    status = fresh.ensure_prefix(tape)
+    assert (status.cause, status.reused, status.prefilled, status.dropped) == (PrefixCause.EMPTY, 0, 40, 0)
+    assert (status.resident, status.available) == (40, fresh.info.n_ctx - 40)
+    assert list(fresh.tokens) == tape
+
+
+def test_the_same_prefix_again_reuses_every_token(fresh):
+    tape = words(fresh, 40)
+    fresh.ensure_prefix(tape)
+    fresh.prefill_suffix(words(fresh, 10, seed=3))
+    whole = list(fresh.tokens)
+    status = fresh.ensure_prefix(whole)
+    assert (status.cause, status.reused, status.prefilled, status.dropped) == (PrefixCause.IDENTICAL, 50, 0, 0)
+
+
+def test_a_longer_prefix_extends_the_resident_tape(fresh):
+    tape = words(fresh, 60)
+    fresh.ensure_prefix(tape[:30])
+    status = fresh.ensure_prefix(tape)
+    assert (status.cause, status.reused, status.prefilled, status.dropped) == (PrefixCause.EXTENDS, 30, 30, 0)
+
+
+def test_a_divergence_inside_the_tape_is_found_at_its_exact_index(fresh):
+    tape = words(fresh, 60)
+    fresh.ensure_prefix(tape)
+    edited = tape[:37] + words(fresh, 10, seed=11)
+    assert edited[37] != tape[37]
+    status = fresh.ensure_prefix(edited)
+    assert status.diverged_at == 37 and status.dropped == 60 - status.reused
+    if status.cause is PrefixCause.ROLLBACK_LIMIT:
+        assert status.reused == 0 and status.rollback_floor is not None and status.rollback_floor > 37
+    else:
+        assert (status.cause, status.reused, status.prefilled) == (PrefixCause.DIVERGED, 37, 10)
+    assert list(fresh.tokens) == edited
+
+
+def test_a_shorter_prefix_drops_the_tail(fresh):
+    tape = words(fresh, 50)
+    fresh.ensure_prefix(tape)
+    status = fresh.ensure_prefix(tape[:20])
+    assert status.diverged_at == 20 and list(fresh.tokens) == tape[:20]
+    if status.cause is PrefixCause.ROLLBACK_LIMIT:  # a cache that cannot be cut there re-prefills
+        assert (status.reused, status.prefilled, status.dropped) == (0, 20, 50)
+    else:
+        assert (status.cause, status.reused, status.dropped) == (PrefixCause.DIVERGED, 20, 30)
+    assert fresh.explain().resident_tokens == 20
+
+
+def test_the_reason_is_the_sentence_of_the_cause(fresh):
+    tape = words(fresh, 30)
+    assert fresh.ensure_prefix(tape).reason == "empty cache"
+    assert fresh.ensure_prefix(tape[:10] + words(fresh, 5, seed=2)).reason == \
+        "diverges from the resident tape at token 10"
+
+
+def test_a_second_engine_turn_reuses_the_whole_first_turn(cell):
+    from effctx_core.contract import DecodeConfig
+    from effctx_core.engine import SessionEngine
+
+    engine = SessionEngine(cell.model_path, cell.profile())
+    try:
+        engine.open()
+        engine.complete("The sky is blue and", DecodeConfig(max_tokens=4))
+        before = len(engine.tape)
+        second = engine.complete(" the grass is", DecodeConfig(max_tokens=4))
+        assert (second.reused, second.dropped, second.prefix_cause) == (before, 0, PrefixCause.IDENTICAL.value)
+    finally:
+        engine.close()
