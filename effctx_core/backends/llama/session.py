@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import random
 import time
-from typing import TYPE_CHECKING, Iterator, Sequence, TypedDict
+from typing import TYPE_CHECKING, Generator, Sequence, TypedDict
 
 import llama_cpp
 import numpy as np
@@ -428,7 +428,7 @@ class LlamaSession:
         llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(seed))
         return chain, True
 
-    def decode(self, config: DecodeConfig) -> Iterator[TokenChunk]:
+    def decode(self, config: DecodeConfig) -> Generator[TokenChunk, None, None]:
         """Stream tokens; each is evaluated into the cache after it is handed out.
 
         A consumer that stops early leaves the last token it received pending: it is
