@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 
-from pilot_wait import wait_for
+from pilot_wait import until, wait_for
 from textual import events
 from textual.widgets import Input, ProgressBar
 
@@ -53,12 +52,10 @@ async def test_keys_are_answered_while_a_long_prefill_runs(default_model):
         prompt.value = "The grass is green. " * 500
         app.post_message(events.Key("enter", None))
         bar = screen.query_one(ProgressBar)
-        while bar.total != 2506:  # the first prefill chunk has been reported
-            await asyncio.sleep(0.005)
+        await until(lambda: bar.total == 2506)  # the first prefill chunk has been reported
         for key in "abc":
             app.post_message(events.Key(key, key))
-        while prompt.value != "abc":
-            await asyncio.sleep(0.005)
+        await until(lambda: prompt.value == "abc")
         assert screen.busy, "the prefill should still be running"
         await wait_for(pilot, lambda: screen.turns_done == 1)
         assert "prefilled 2506" in status_text(screen)
@@ -153,8 +150,7 @@ async def test_escape_cancels_a_long_prefill(default_model):
         screen.query_one(Input).value = "The grass is green. " * 500
         app.post_message(events.Key("enter", None))
         bar = screen.query_one(ProgressBar)
-        while bar.total != 2506:  # the first chunk is done
-            await asyncio.sleep(0.005)
+        await until(lambda: bar.total == 2506)  # the first chunk is done
         app.post_message(events.Key("escape", None))
         await wait_for(pilot, lambda: screen.turns_done == 1)
         assert screen.last_result.stop_reason == "cancelled"
@@ -167,8 +163,7 @@ async def test_escape_cancels_the_model_preparation_and_ctrl_l_loads_it_again(de
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
         label = screen.query_one("#progress-label")
-        while str(label.render()) != "assembling default model":
-            await asyncio.sleep(0.005)
+        await until(lambda: str(label.render()) == "assembling default model")
         app.post_message(events.Key("escape", None))
         # the worker stops loading, then posts the failure: wait for what the user sees
         await wait_for(pilot, lambda: status_text(screen) == "model preparation cancelled: Ctrl+L loads the model")
@@ -207,8 +202,7 @@ async def test_escape_cancels_loading_a_prefix_and_no_model_stays_open(default_m
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
         bar = screen.query_one(ProgressBar)
-        while not (bar.total and bar.progress):  # the prefix's first chunk is done
-            await asyncio.sleep(0.005)
+        await until(lambda: (bar.total and bar.progress))  # the prefix's first chunk is done
         app.post_message(events.Key("escape", None))
         await wait_for(pilot, lambda: not app.loading)
         assert re.fullmatch(r"loading notes\.txt cancelled after \d+ of \d+ tokens: Ctrl\+L loads the model",
@@ -238,6 +232,19 @@ async def test_the_residency_screen_steers_the_budget_and_recomputes_cold_blocks
         await pilot.press("right_square_bracket", "right_square_bracket")
         await wait_for(pilot, lambda: residency.report.budget == 768)
         await pilot.press("c")
-        await wait_for(pilot, lambda: residency.report.cold_tokens == 0)
+        # the recompute cuts the cold tail off first, then prefills it again: wait for all of it
+        await wait_for(pilot, lambda: residency.report.cold_tokens == 0 and residency.report.n_tokens == n_tokens)
         assert residency.report.resident_tokens == n_tokens
         assert list(app.engine.session.tokens) == list(app.engine.tape)
+
+
+async def test_an_error_raised_before_the_turn_starts_is_shown_in_the_transcript(default_model):
+    app = EffctxApp(max_tokens=2, checkpoints=None)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        app.engine.close()  # the session is gone: chat() fails before any turn starts
+        await pilot.press(*"Hello", "enter")
+        await wait_for(pilot, lambda: not screen.busy)
+        errors = [str(w.render()) for w in screen.query_one(Transcript).children if w.has_class("error-line")]
+        assert errors == ["EffctxError: the engine has no open session"]
