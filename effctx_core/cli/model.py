@@ -1,4 +1,4 @@
-"""`effctx model prepare|path`: the embedded default model."""
+"""`effctx model prepare|path|convert`: the embedded default model, and its conversions."""
 
 from __future__ import annotations
 
@@ -8,17 +8,37 @@ from effctx_core.cli.options import stderr_progress
 
 
 def add_parser(sub) -> None:
-    model = sub.add_parser("model", help="the default model")
+    model = sub.add_parser("model", help="the default model, and its conversion to other runtimes' formats")
     model_sub = model.add_subparsers(dest="model_command", required=True)
     model_sub.add_parser("prepare", help="assemble the embedded default model (once)")
     model_sub.add_parser("path", help="print the default model's path")
+    convert = model_sub.add_parser("convert", help="convert a GGUF model to OpenVINO IR, without torch (once)")
+    convert.add_argument("--to", required=True, choices=["openvino"], help="the target format")
+    convert.add_argument("--model", metavar="PATH", help="a GGUF model file (default: the embedded Gemma 3 270M)")
+    convert.add_argument("--weights", default="int8", choices=["int8", "f16", "f32"],
+                         help="weight precision in the IR (default int8: symmetric, one scale per 32 weights)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from effctx_core.models import default_model_path, prepare_default_model
+    from effctx_core.models import default_model_path, prepare_default_model, resolve_model
 
     if args.model_command == "path":
         print(default_model_path())
+        return 0
+    if args.model_command == "convert":
+        from effctx_core.backends.llama.gguf_facts import check_gguf_file
+        from effctx_core.backends.openvino.convert import cached_conversion, convert_gguf
+
+        source = resolve_model(args.model, progress=stderr_progress())
+        check_gguf_file(source)
+        cached = cached_conversion(source, args.weights)
+        if cached is not None:
+            print(f"already converted: {cached.path}")
+            return 0
+        converted = convert_gguf(source, args.weights, progress=stderr_progress())
+        m = converted.manifest
+        print(f"converted to OpenVINO IR ({args.weights}, {m['weight_bytes'] / 2**20:.0f} MiB of weights, "
+              f"{m['seconds']:.0f} s): {converted.path}")
         return 0
     path = prepare_default_model(progress=stderr_progress())
     print(f"default model ready: {path}")

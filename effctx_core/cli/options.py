@@ -154,7 +154,9 @@ def stderr_progress():
         pct = int(done * 100 / total) if total else 100
         if tty:
             end = "\n" if done >= total else ""
-            print(f"\r{stage}: {pct:3d}% ({done >> 20} of {total >> 20} MiB)", end=end, file=sys.stderr, flush=True)
+            # byte counts (a model file) in MiB; step counts (tensors) as they are
+            amount = f"{done >> 20} of {total >> 20} MiB" if total >= 1 << 20 else f"{done} of {total}"
+            print(f"\r{stage}: {pct:3d}% ({amount})", end=end, file=sys.stderr, flush=True)
             return
         step = pct // 25
         if stage != last["stage"] or step != last["step"]:

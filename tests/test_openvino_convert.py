@@ -1,0 +1,138 @@
+"""GGUF -> OpenVINO IR without torch, checked against llama.cpp on the same token ids.
+
+The reference text is the GPL-3 that Debian's base-files ships: natural English prose,
+read at run time, not copied into the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf
+import llama_cpp
+import numpy as np
+import openvino as ov
+import pytest
+from tiny_gguf import write_tiny_llama_gguf
+
+from effctx_core.backends.openvino.convert import ConversionError, convert_gguf
+
+EFFCTX = str(Path(sys.executable).with_name("effctx"))
+REFERENCE_TEXT = Path("/usr/share/common-licenses/GPL-3")
+
+
+def llama_logits(path: Path, ids: list[int]) -> np.ndarray:
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_threads=2, logits_all=True, verbose=False)
+    try:
+        llm.eval(ids)
+        return np.array(llm.scores[: len(ids)], dtype=np.float32)
+    finally:
+        llm.close()
+
+
+def ir_request(xml: Path) -> ov.InferRequest:
+    # f32 inference and cache: the CPU plugin would otherwise run bf16 on AVX-512 bf16 CPUs
+    # and keep the stateful cache in u8
+    config = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "INFERENCE_NUM_THREADS": 2}
+    return ov.Core().compile_model(xml, "CPU", config).create_infer_request()
+
+
+def feed(request: ov.InferRequest, ids: list[int], past: int) -> np.ndarray:
+    """Logits for `ids`, appended to the `past` tokens the request's state holds."""
+    n = len(ids)
+    request.infer({"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, past + n), np.int64),
+                   "position_ids": np.arange(past, past + n, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)})
+    return np.array(request.get_tensor("logits").data[0])
+
+
+def mean_nll(logits: np.ndarray, ids: list[int]) -> float:
+    top = logits.max(-1, keepdims=True)
+    log_z = np.log(np.exp(logits - top).sum(-1)) + top[:, 0]
+    following = np.array(ids[1:])
+    return float(-(logits[np.arange(len(following)), following] - log_z[:-1]).mean())
+
+
+def tokens(path: Path, text: str, n: int) -> list[int]:
+    vocab = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    ids = vocab.tokenize(text.encode(), add_bos=True)
+    assert len(ids) >= n, f"the reference text has only {len(ids)} tokens"
+    return ids[:n]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[Path, Path]:
+    source = write_tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+    return source, convert_gguf(source, "f32", out_dir=tmp_path_factory.mktemp("ir") / "tiny").xml
+
+
+@pytest.fixture(scope="module")
+def gemma(default_model, tmp_path_factory) -> Path:
+    return convert_gguf(default_model, "int8", out_dir=tmp_path_factory.mktemp("ir") / "gemma").xml
+
+
+def test_the_tiny_llama_gives_llama_cpps_logits(tiny):
+    source, xml = tiny
+    ids = tokens(source, "The quick brown fox jumps over the lazy dog. " * 12, 100)
+    reference, converted = llama_logits(source, ids), feed(ir_request(xml), ids, 0)
+    assert np.abs(reference - converted).max() < 1e-2
+    assert (reference.argmax(-1) == converted.argmax(-1)).all()
+
+
+def test_the_state_carries_the_cache_from_one_request_to_the_next(tiny):
+    source, xml = tiny
+    ids = tokens(source, "The sky is blue and the grass is green. " * 12, 90)
+    whole = feed(ir_request(xml), ids, 0)
+    request = ir_request(xml)
+    feed(request, ids[:50], 0)
+    second = feed(request, ids[50:], 50)
+    assert np.abs(second - whole[50:]).max() < 1e-3
+
+
+@pytest.mark.skipif(not REFERENCE_TEXT.is_file(), reason=f"{REFERENCE_TEXT} (Debian base-files) is not on this machine")
+@pytest.mark.parametrize("n_tokens", [300, 1200])  # 1,200 reaches past the 512-token sliding window
+def test_the_default_model_matches_llama_cpp_within_five_percent_nll(default_model, gemma, n_tokens):
+    ids = tokens(default_model, REFERENCE_TEXT.read_text(), n_tokens)
+    reference, converted = llama_logits(default_model, ids), feed(ir_request(gemma), ids, 0)
+    nll_llama, nll_openvino = mean_nll(reference, ids), mean_nll(converted, ids)
+    top1 = float((reference.argmax(-1) == converted.argmax(-1)).mean())
+    print(f"{n_tokens} tokens: NLL llama.cpp {nll_llama:.4f}, OpenVINO int8 {nll_openvino:.4f}, top-1 {top1:.3f}")
+    assert abs(nll_openvino - nll_llama) / nll_llama < 0.05
+    assert top1 > 0.9
+
+
+def test_a_second_conversion_is_the_cached_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    source = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    first = convert_gguf(source, "int8")
+    mtime = first.xml.stat().st_mtime_ns
+    second = convert_gguf(source, "int8")
+    assert second.path == first.path and second.xml.stat().st_mtime_ns == mtime
+    assert first.manifest["source_sha256"] == second.manifest["source_sha256"]
+    assert [p.name for p in first.path.parent.iterdir()] == [first.path.name]  # no temporary folder left
+
+
+def test_an_architecture_the_converter_does_not_know_is_one_line(tmp_path):
+    path = tmp_path / "mystery.gguf"
+    writer = gguf.GGUFWriter(str(path), "mystery")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 4), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ConversionError, match=r"cannot convert architecture 'mystery' to OpenVINO \(known: gemma3, llama\)"):
+        convert_gguf(path, "int8", out_dir=tmp_path / "ir")
+
+
+def test_the_command_converts_once_then_says_it_is_done(tmp_path):
+    source = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    command = [EFFCTX, "model", "convert", "--to", "openvino", "--model", str(source)]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("converted to OpenVINO IR (int8, ") and "converting weights: 100%" in first.stderr
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert again.stdout == f"already converted: {first.stdout.split(': ', 1)[1]}"
