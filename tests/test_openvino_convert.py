@@ -65,12 +65,12 @@ def tokens(path: Path, text: str, n: int) -> list[int]:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> tuple[Path, Path]:
     source = write_tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
-    return source, convert_gguf(source, "f32", out_dir=tmp_path_factory.mktemp("ir") / "tiny").xml
+    return source, convert_gguf(source, "f32", out_dir=tmp_path_factory.mktemp("ir") / "tiny", logits_of="all").xml
 
 
 @pytest.fixture(scope="module")
 def gemma(default_model, tmp_path_factory) -> Path:
-    return convert_gguf(default_model, "int8", out_dir=tmp_path_factory.mktemp("ir") / "gemma").xml
+    return convert_gguf(default_model, "int8", out_dir=tmp_path_factory.mktemp("ir") / "gemma", logits_of="all").xml
 
 
 def test_the_tiny_llama_gives_llama_cpps_logits(tiny):

@@ -37,6 +37,9 @@ from effctx_core.models import ProgressFn, data_dir, sha256_file
 # version is converted again.
 CONVERTER_VERSION = 1
 WEIGHT_FORMATS = ("int8", "f16", "f32")
+# "last": logits of each request's last position only, what a session needs to sample (a
+# 262k vocabulary makes all of them 1 MiB per token); "all": every position, to score text.
+LOGITS = ("last", "all")
 MANIFEST = "effctx-manifest.json"
 MODEL_XML = "openvino_model.xml"
 
@@ -245,7 +248,7 @@ def _rope_tables(positions: ov.Node, base: float, head_dim: int, style: str) -> 
 
 
 def build_model(hp: HyperParams, tensors: Callable[[str], np.ndarray], has: Callable[[str], bool],
-                weights: str) -> tuple[ov.Model, int]:
+                weights: str, logits_of: str = "last") -> tuple[ov.Model, int]:
     """The stateful decoder and the bytes its weights take."""
     spec = ARCHS[hp.arch]
     w = _Weights(weights)
@@ -333,6 +336,8 @@ def build_model(hp: HyperParams, tensors: Callable[[str], np.ndarray], has: Call
         if spec.post_norms:
             out = _rms_norm(out, tensors(pre + "post_ffw_norm.weight"), hp.rms_eps)
         x = op.add(x, out)
+    if logits_of == "last":
+        x = op.slice(x, _i64([-1]), _i64([_INT_MAX]), _i64([1]), _i64([1]))
     x = _rms_norm(x, tensors("output_norm.weight"), hp.rms_eps)
     output = w.matrix(tensors("output.weight")) if has("output.weight") else embedding  # tied
     logits = op.matmul(x, output, False, True)
@@ -343,8 +348,8 @@ def build_model(hp: HyperParams, tensors: Callable[[str], np.ndarray], has: Call
 # --------------------------------------------------------------------------- conversion
 
 
-def converted_dir(source_sha256: str, weights: str) -> Path:
-    return data_dir() / "openvino" / f"{source_sha256[:16]}-{weights}"
+def converted_dir(source_sha256: str, weights: str, logits_of: str = "last") -> Path:
+    return data_dir() / "openvino" / f"{source_sha256[:16]}-{weights}-{logits_of}"
 
 
 def _manifest_of(path: Path) -> dict[str, Any] | None:
@@ -355,31 +360,35 @@ def _manifest_of(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def cached_conversion(gguf_path: Path, weights: str = "int8", progress: ProgressFn | None = None) -> ConvertedModel | None:
+def cached_conversion(gguf_path: Path, weights: str = "int8", progress: ProgressFn | None = None,
+                      logits_of: str = "last") -> ConvertedModel | None:
     """The IR already converted from exactly this GGUF by this converter version, if any."""
     source = sha256_file(gguf_path, progress)
-    path = converted_dir(source, weights)
+    path = converted_dir(source, weights, logits_of)
     manifest = _manifest_of(path)
     if (manifest and manifest.get("source_sha256") == source and manifest.get("converter_version") == CONVERTER_VERSION
-            and manifest.get("weights") == weights and (path / MODEL_XML).is_file()):
+            and manifest.get("weights") == weights and manifest.get("logits") == logits_of
+            and (path / MODEL_XML).is_file()):
         return ConvertedModel(path, manifest)
     return None
 
 
 def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | None = None,
-                 out_dir: Path | None = None) -> ConvertedModel:
+                 out_dir: Path | None = None, logits_of: str = "last") -> ConvertedModel:
     """Convert once: a cached IR of the same source, version and weights is returned as it
     is. The IR is written into a temporary folder beside the target and renamed into
     place when complete, so an interrupted conversion never leaves a folder that looks done."""
     if weights not in WEIGHT_FORMATS:
         raise ConversionError(f"unknown weight format {weights!r} (known: {', '.join(WEIGHT_FORMATS)})")
+    if logits_of not in LOGITS:
+        raise ConversionError(f"unknown logits choice {logits_of!r} (known: {', '.join(LOGITS)})")
     gguf_path = Path(gguf_path)
     if out_dir is None:
-        cached = cached_conversion(gguf_path, weights, progress)
+        cached = cached_conversion(gguf_path, weights, progress, logits_of)
         if cached is not None:
             return cached
     source = sha256_file(gguf_path, progress)
-    target = Path(out_dir) if out_dir is not None else converted_dir(source, weights)
+    target = Path(out_dir) if out_dir is not None else converted_dir(source, weights, logits_of)
     t0 = time.perf_counter()
     if progress:
         progress("reading the GGUF", 0, 1)
@@ -389,7 +398,7 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
         raise ModelFileError(f"cannot read {gguf_path} as GGUF: {exc}") from None
     hp = hyper_params(reader, gguf_path)
     tensors = _Tensors(reader, gguf_path, progress)
-    model, weight_bytes = build_model(hp, tensors, tensors.__contains__, weights)
+    model, weight_bytes = build_model(hp, tensors, tensors.__contains__, weights, logits_of)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -402,6 +411,7 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
             "source": str(gguf_path),
             "source_sha256": source,
             "weights": weights,
+            "logits": logits_of,
             "weight_bytes": weight_bytes,
             "hyper_params": asdict(hp),
             "seconds": round(time.perf_counter() - t0, 1),
