@@ -136,3 +136,21 @@ def test_the_command_converts_once_then_says_it_is_done(tmp_path):
     assert first.stdout.startswith("converted to OpenVINO IR (int8, ") and "converting weights: 100%" in first.stderr
     again = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert again.stdout == f"already converted: {first.stdout.split(': ', 1)[1]}"
+
+
+def test_the_paged_pipeline_reads_the_sliding_window_of_every_windowed_layer(gemma):
+    # openvino-genai turns the SDPA graph into PagedAttention with this pass; a window it
+    # cannot read becomes 0 (full attention) without a word
+    from openvino._offline_transformations import paged_attention_transformation
+
+    model = ov.Core().read_model(gemma)
+    paged_attention_transformation(model, False, False, False, False, False)
+
+    def window(node) -> int:
+        folded = ov.Core().compile_model(ov.Model([ov.opset13.result(node.input_value(10))], [], "window"), "CPU")
+        request = folded.create_infer_request()
+        request.infer({})
+        return int(request.get_output_tensor(0).data)
+
+    paged = [n for n in model.get_ordered_ops() if n.get_type_name() == "PagedAttentionExtension"]
+    assert [window(n) for n in paged] == [0 if layer % 6 == 5 else 512 for layer in range(18)]

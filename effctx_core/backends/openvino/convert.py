@@ -35,7 +35,7 @@ from effctx_core.models import ProgressFn, data_dir, sha256_file
 
 # Bumped whenever the graph or the weight encoding changes: a cached IR of another
 # version is converted again.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
 WEIGHT_FORMATS = ("int8", "f16", "f32")
 # "last": logits of each request's last position only, what a session needs to sample (a
 # 262k vocabulary makes all of them 1 MiB per token); "all": every position, to score text.
@@ -247,6 +247,21 @@ def _rope_tables(positions: ov.Node, base: float, head_dim: int, style: str) -> 
     return op.unsqueeze(op.cos(angles), _i64([1])), op.unsqueeze(op.sin(angles), _i64([1]))
 
 
+def _window_mask(q_pos: ov.Node, k_pos: ov.Node, causal: ov.Node, real: ov.Node, window: int,
+                 shape: ov.Node, total: ov.Node) -> ov.Node:
+    """The sliding-window mask in the one form OpenVINO's SDPA-to-PagedAttention pass reads
+    a window from (its gpt-oss pattern: Add(q, -window) -> Greater(k, .) -> four BitwiseAnd
+    -> Broadcast -> Select -> Slice). Built any other way the numbers are the same on the
+    stateful path, but openvino-genai's paged pipeline gets window 0 and attends to every
+    position on the windowed layers, silently (measured: greedy output then leaves
+    llama.cpp's at the first token past the window)."""
+    in_window = op.greater(k_pos, op.add(q_pos, _i64(-window)))
+    true = op.constant(np.array(True))
+    allowed = op.bitwise_and(op.bitwise_and(true, op.bitwise_and(op.bitwise_and(causal, in_window), real)), true)
+    selected = op.select(op.broadcast(allowed, shape), _f32(0.0), _f32(_F32_MIN))
+    return op.slice(selected, _i64([0]), total, _i64([1]), _i64([3]))
+
+
 def build_model(hp: HyperParams, tensors: Callable[[str], np.ndarray], has: Callable[[str], bool],
                 weights: str, logits_of: str = "last") -> tuple[ov.Model, int]:
     """The stateful decoder and the bytes its weights take."""
@@ -279,11 +294,11 @@ def build_model(hp: HyperParams, tensors: Callable[[str], np.ndarray], has: Call
                                   _i64(1), ov.Type.i64), _i64([1]))
     k_pos = op.unsqueeze(op.range(_i64(0), op.squeeze(total, _i64([0])), _i64(1), ov.Type.i64), _i64([0]))
     real = op.not_equal(op.unsqueeze(attention_mask, _i64([1, 2])), _i64(0))
-    seen = op.logical_and(real, op.less_equal(k_pos, q_pos))
-    masks = {"global": op.select(seen, _f32(0.0), _f32(_F32_MIN))}
+    causal = op.less_equal(k_pos, q_pos)
+    masks = {"global": op.select(op.logical_and(real, causal), _f32(0.0), _f32(_F32_MIN))}
     if hp.sliding_window:
-        in_window = op.logical_and(seen, op.greater(k_pos, op.subtract(q_pos, _i64(hp.sliding_window))))
-        masks["local"] = op.select(in_window, _f32(0.0), _f32(_F32_MIN))
+        masks["local"] = _window_mask(q_pos, k_pos, causal, real, hp.sliding_window,
+                                      op.concat([batch, _i64([1]), seq, total], 0), total)
 
     sinks = []
     group = hp.n_head // hp.n_head_kv
