@@ -16,7 +16,7 @@ from typing import Callable
 from effctx_core.backends.registry import get_backend
 from effctx_core.bench.workloads import filler_text
 from effctx_core.cancel import CancelToken
-from effctx_core.contract import BaselineRun, DecodeConfig
+from effctx_core.contract import BaselineRun, DecodeConfig, TurnResult
 from effctx_core.engine import SessionEngine
 from effctx_core.errors import Cancelled
 from effctx_core.profiles import Profile
@@ -107,27 +107,37 @@ class OverheadReport:
         ])
 
 
-def _engine_round(model_path: Path, profile: Profile, prompt_text: str, n_decode: int,
-                  cancel: CancelToken) -> tuple[Rates, int]:
+def _complete(engine: SessionEngine, prompt_text: str, n_decode: int, cancel: CancelToken) -> TurnResult:
+    with cancel.forwarded_to(engine.cancel):
+        result = engine.complete(prompt_text, DecodeConfig(max_tokens=n_decode))
+    if result.stop_reason == "cancelled":
+        raise Cancelled("benchmark cancelled")
+    return result
+
+
+def _engine_round(model_path: Path, profile: Profile, prompt_text: str, n_decode: int, cancel: CancelToken) -> Rates:
     engine = SessionEngine(model_path, profile)
     try:
         engine.open()
-        with cancel.forwarded_to(engine.cancel):
-            result = engine.complete(prompt_text, DecodeConfig(max_tokens=n_decode))
+        result = _complete(engine, prompt_text, n_decode, cancel)
     finally:
         engine.close()
-    if result.stop_reason == "cancelled":
-        raise Cancelled("benchmark cancelled")
-    return Rates(result.prefill_tps, result.decode_tps), result.generated
+    return Rates(result.prefill_tps, result.decode_tps)
 
 
-def _prompt(model_path: Path, profile: Profile, prompt_tokens: int) -> tuple[str, list[int]]:
+def _warm_up(model_path: Path, profile: Profile, prompt_tokens: int, decode_tokens: int, cancel: CancelToken,
+             progress: Callable[[str, int, int], None], rounds: int) -> tuple[str, list[int], int]:
+    """The prompt, made with the session's own tokenizer, and the tokens the engine
+    decodes from it: it may stop at an end-of-generation token, and the baselines then
+    decode exactly as many, so every rate counts the same tokens."""
     engine = SessionEngine(model_path, profile)
     try:
         engine.open()
         session = engine.session
         text = filler_text(session.tokenize, prompt_tokens)
-        return text, session.tokenize(text, add_bos=session.info.facts.add_bos)
+        prompt = session.tokenize(text, add_bos=session.info.facts.add_bos)
+        progress(f"warming up ({len(prompt)}-token prompt)", 0, rounds + 1)
+        return text, prompt, _complete(engine, text, decode_tokens, cancel).generated
     finally:
         engine.close()
 
@@ -145,11 +155,7 @@ def run_overhead(
     rounds). A `cancel` stops the engine's side at once and a baseline after its run:
     the baselines stay free of checks."""
     cancel = cancel or CancelToken()
-    text, prompt = _prompt(model_path, profile, prompt_tokens)
-    progress(f"warming up ({len(prompt)}-token prompt)", 0, rounds + 1)
-    # The engine may stop at an end-of-generation token; the baselines then decode
-    # exactly as many tokens, so every rate counts the same tokens.
-    _, n_decode = _engine_round(model_path, profile, text, decode_tokens, cancel)
+    text, prompt, n_decode = _warm_up(model_path, profile, prompt_tokens, decode_tokens, cancel, progress, rounds)
     baseline = get_backend(profile.backend).baseline(model_path, profile)
     raw: list[Rates] = []
     eng: list[Rates] = []
@@ -159,7 +165,7 @@ def run_overhead(
         baseline.library(prompt, n_decode)
         sides: list[Callable[[], None]] = [
             lambda: raw.append(Rates.of(baseline.raw(prompt, n_decode))),
-            lambda: eng.append(_engine_round(model_path, profile, text, n_decode, cancel)[0]),
+            lambda: eng.append(_engine_round(model_path, profile, text, n_decode, cancel)),
             lambda: lib.append(Rates.of(baseline.library(prompt, n_decode))),
         ]
         for i in range(rounds):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from effctx_core.contract import ContextReport, DecodeConfig, ModelInfo, Session, SessionSnapshot, TurnResult
 from effctx_core.engine.cancel_gate import CancelGate
@@ -63,8 +64,14 @@ class SessionEngine:
     def trace_error(self) -> str | None:
         return self._state.bus.trace_error
 
-    def _error(self, exc: EffctxError) -> None:
-        self._state.bus.emit(ErrorRaised, error=type(exc).__name__, message=str(exc))
+    @contextmanager
+    def _reported(self) -> Iterator[None]:
+        """An EffctxError from inside is also an ErrorRaised event, then raised on."""
+        try:
+            yield
+        except EffctxError as exc:
+            self._state.bus.emit(ErrorRaised, error=type(exc).__name__, message=str(exc))
+            raise
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -141,31 +148,23 @@ class SessionEngine:
 
     def complete(self, prompt: str, config: DecodeConfig = DecodeConfig()) -> TurnResult:
         """Raw completion: the prompt text is appended to the tape as it is."""
-        with self._lock:
-            try:
-                session = self.session
-                new = session.tokenize(prompt, add_bos=not self._state.tape and session.info.facts.add_bos)
-                return self._turns.run(prompt, new, config, tuple(config.stop), Segment.USER, None)
-            except EffctxError as exc:
-                self._error(exc)
-                raise
+        with self._lock, self._reported():
+            session = self.session
+            new = session.tokenize(prompt, add_bos=not self._state.tape and session.info.facts.add_bos)
+            return self._turns.run(prompt, new, config, tuple(config.stop), Segment.USER, None)
 
     def chat(self, user_text: str, config: DecodeConfig = DecodeConfig()) -> TurnResult:
         """A conversation turn in the model's chat format."""
-        with self._lock:
-            try:
-                session = self.session
-                fmt = chat_format_for(session.info.facts)
-                tape = self._state.tape
-                first = not tape
-                opened = not first and session.detokenize(tape[-8:]).endswith(fmt.turn_opening)
-                text = fmt.render_turn(user_text, first, opened)
-                new = session.tokenize(text, add_bos=first and session.info.facts.add_bos, special=fmt.special_tokens)
-                return self._turns.run(user_text, new, config, tuple(config.stop) + fmt.stop, Segment.USER,
-                                       fmt.turn_opening)
-            except EffctxError as exc:
-                self._error(exc)
-                raise
+        with self._lock, self._reported():
+            session = self.session
+            fmt = chat_format_for(session.info.facts)
+            tape = self._state.tape
+            first = not tape
+            opened = not first and session.detokenize(tape[-8:]).endswith(fmt.turn_opening)
+            text = fmt.render_turn(user_text, first, opened)
+            new = session.tokenize(text, add_bos=first and session.info.facts.add_bos, special=fmt.special_tokens)
+            return self._turns.run(user_text, new, config, tuple(config.stop) + fmt.stop, Segment.USER,
+                                   fmt.turn_opening)
 
     def set_budget(self, tokens: int) -> None:
         """Steer the residency budget of the running session. A smaller budget is carried
@@ -261,11 +260,8 @@ class SessionEngine:
     def restore(self, snapshot: SessionSnapshot) -> None:
         with self._lock:
             t0 = time.perf_counter_ns()
-            try:
+            with self._reported():
                 self.session.restore(snapshot)
-            except EffctxError as exc:
-                self._error(exc)
-                raise
             self._state.tape = list(snapshot.tokens)
             self.residency.reset(Segment.OTHER, snapshot.n_tokens)
             self._state.bus.emit(SnapshotRestored, tokens=snapshot.n_tokens, bytes=len(snapshot.state),

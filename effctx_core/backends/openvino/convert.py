@@ -375,10 +375,7 @@ def _manifest_of(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def cached_conversion(gguf_path: Path, weights: str = "int8", progress: ProgressFn | None = None,
-                      logits_of: str = "last") -> ConvertedModel | None:
-    """The IR already converted from exactly this GGUF by this converter version, if any."""
-    source = sha256_file(gguf_path, progress)
+def _cached(source: str, weights: str, logits_of: str) -> ConvertedModel | None:
     path = converted_dir(source, weights, logits_of)
     manifest = _manifest_of(path)
     if (manifest and manifest.get("source_sha256") == source and manifest.get("converter_version") == CONVERTER_VERSION
@@ -386,6 +383,12 @@ def cached_conversion(gguf_path: Path, weights: str = "int8", progress: Progress
             and (path / MODEL_XML).is_file()):
         return ConvertedModel(path, manifest)
     return None
+
+
+def cached_conversion(gguf_path: Path, weights: str = "int8", progress: ProgressFn | None = None,
+                      logits_of: str = "last") -> ConvertedModel | None:
+    """The IR already converted from exactly this GGUF by this converter version, if any."""
+    return _cached(sha256_file(gguf_path, progress), weights, logits_of)
 
 
 def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | None = None,
@@ -398,11 +401,9 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
     if logits_of not in LOGITS:
         raise ConversionError(f"unknown logits choice {logits_of!r} (known: {', '.join(LOGITS)})")
     gguf_path = Path(gguf_path)
-    if out_dir is None:
-        cached = cached_conversion(gguf_path, weights, progress, logits_of)
-        if cached is not None:
-            return cached
     source = sha256_file(gguf_path, progress)
+    if out_dir is None and (cached := _cached(source, weights, logits_of)) is not None:
+        return cached
     target = Path(out_dir) if out_dir is not None else converted_dir(source, weights, logits_of)
     t0 = time.perf_counter()
     if progress:
