@@ -35,10 +35,12 @@ class Cell:
     reason: str  # why it cannot run, or what it offers
     info: ModelInfo | None = None
     profile_record: Profile | None = None
+    # What the first open does before the cell runs, and what it costs (a conversion).
+    preparation: str | None = None
 
     def to_dict(self) -> dict:
         out = {"backend": self.backend, "profile": self.profile, "device": self.device, "model": self.model,
-               "runnable": self.runnable, "reason": self.reason}
+               "runnable": self.runnable, "reason": self.reason, "preparation": self.preparation}
         if self.info is not None:
             out.update({
                 "backend_version": self.info.backend_version,
@@ -88,7 +90,8 @@ def _cell(backend: Backend, name: str, profile: Profile, model_path: Path, model
         check_cell(backend, info, profile.residency)
     except UnsupportedFeatureError as exc:
         return Cell(backend.name, name, info.device, model_name, False, str(exc), info, profile)
-    return Cell(backend.name, name, info.device, model_name, True, _offer(info, profile), info, profile)
+    return Cell(backend.name, name, info.device, model_name, True, _offer(info, profile), info, profile,
+                backend.pending_preparation(model_path, profile))
 
 
 def _offer(info: ModelInfo, profile: Profile) -> str:

@@ -243,6 +243,25 @@ class ContextReport:
     poisoned: bool
     # The shortest prefix the cache can be cut back to exactly, now.
     rollback_floor: int
+    # What the runtime itself reported for its last request, where it reports one.
+    runtime_counts: RuntimeCounts | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeCounts:
+    """A runtime's own account of one request (its perf metrics) beside effctx's count of
+    what it submitted and handed out: the two must agree."""
+
+    input_tokens: int
+    generated_tokens: int
+    counted_input_tokens: int
+    counted_generated_tokens: int
+    ttft_ms: float
+    tpot_ms: float
+
+    @property
+    def agree(self) -> bool:
+        return (self.input_tokens, self.generated_tokens) == (self.counted_input_tokens, self.counted_generated_tokens)
 
 
 @dataclass(frozen=True)
@@ -344,7 +363,18 @@ class Backend(Protocol):
         backend reads; called before anything is loaded."""
         ...
 
-    def describe(self, model_path: Path, profile: Profile) -> ModelInfo: ...
+    def pending_preparation(self, model_path: Path, profile: Profile) -> str | None:
+        """What the first open of `profile` must do before it can run and what it costs,
+        as a phrase ("converts the GGUF to ... (about 25 s)"), or None when nothing is left."""
+        ...
+
+    def prepare(self, model_path: Path, profile: Profile, progress: Callable[[str, int, int], None] | None = None) -> None:
+        """Do that preparation now, reporting progress; a no-op when nothing is left."""
+        ...
+
+    def describe(self, model_path: Path, profile: Profile) -> ModelInfo:
+        """What a session of `profile` would be, without preparing or opening one."""
+        ...
 
     def open(self, model_path: Path, profile: Profile) -> Session: ...
 

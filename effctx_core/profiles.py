@@ -14,7 +14,7 @@ from pathlib import Path
 
 import platformdirs
 
-from effctx_core.backends.registry import profile_problems
+from effctx_core.backends.registry import REGISTRY, backend_keys, profile_problems
 from effctx_core.errors import EffctxError
 from effctx_core.residency.config import ResidencyConfig
 
@@ -47,6 +47,9 @@ class Profile:
     flash_attn: bool = False
     swa_full: bool = True
     residency: ResidencyConfig = field(default_factory=ResidencyConfig)
+    # The backend's own table (`[openvino]` in TOML), as sorted (key, value) pairs: the
+    # backend checks and reads it, the profile only carries it.
+    options: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         where = f"profile {self.name!r}"
@@ -69,6 +72,9 @@ class Profile:
         if self.residency.budget > self.n_ctx:
             raise ProfileError(f"{where}: residency budget {self.residency.budget} is above n_ctx {self.n_ctx}")
 
+    def option(self, name: str, default: object) -> object:
+        return dict(self.options).get(name, default)
+
     @property
     def n_threads(self) -> int:
         return self.threads or default_threads()
@@ -83,7 +89,7 @@ class Profile:
 
 # --------------------------------------------------------------------------- loading
 
-_TOP_KEYS = {f.name for f in fields(Profile)} - {"name", "residency"}
+_TOP_KEYS = {f.name for f in fields(Profile)} - {"name", "residency", "options"}
 _RESIDENCY_KEYS = {f.name for f in fields(ResidencyConfig)}
 _TYPES = {
     "description": str, "backend": str, "model": str, "n_ctx": int, "n_batch": int, "threads": int,
@@ -109,12 +115,26 @@ def profile_from_toml(text: str, name: str, where: str) -> Profile:
     residency = data.pop("residency", {})
     if not isinstance(residency, dict):
         raise ProfileError(f"{where}: residency must be a table")
+    backend = data.get("backend", "llama")
+    tables = {key: data.pop(key) for key in list(data) if key in REGISTRY}
+    for table_name, table in tables.items():
+        if table_name != backend:
+            raise ProfileError(f"{where}: [{table_name}] settings on a {backend} profile "
+                               f"(set backend = {table_name!r} or remove the table)")
+        if not isinstance(table, dict):
+            raise ProfileError(f"{where}: {table_name} must be a table")
+    if backend in REGISTRY and REGISTRY[backend].available:
+        foreign = sorted(k for k in set(data) & _TOP_KEYS if k not in backend_keys(backend))
+        if foreign:
+            raise ProfileError(f"{where}: {', '.join(foreign)} {'is a setting' if len(foreign) == 1 else 'are settings'} "
+                               f"the {backend} backend does not read")
     unknown = sorted(set(data) - _TOP_KEYS) + sorted(f"residency.{k}" for k in set(residency) - _RESIDENCY_KEYS)
     if unknown:
         raise ProfileError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
     _check_types(data, where)
     _check_types(residency, where, "residency.")
-    return Profile(name=name, residency=ResidencyConfig(**residency), **data)
+    options = tuple(sorted(tables.get(backend, {}).items()))
+    return Profile(name=name, residency=ResidencyConfig(**residency), options=options, **data)
 
 
 def user_profiles_dir() -> Path:

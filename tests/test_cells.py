@@ -16,13 +16,16 @@ from effctx_core.profiles import load_profile
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 
 
-def test_cells_lists_every_profile_and_the_backends_it_cannot_run(default_model):
+def test_cells_lists_every_profile_on_every_backend(default_model):
     out = subprocess.run([EFFCTX, "cells", "--json"], capture_output=True, text=True, timeout=120)
     cells = {(c["backend"], c["profile"]): c for c in json.loads(out.stdout)}
     assert {("llama", "exact"), ("llama", "fast-long"), ("llama", "q8"), ("llama", "streaming")} <= set(cells)
     assert cells[("llama", "fast-long")]["capabilities"]["position_shift"] is False
     assert cells[("llama", "streaming")]["reason"] == "no length limit: the streaming policy keeps at most 1024 tokens resident"
-    assert cells[("openvino", "-")] ["runnable"] is False
+    assert {("openvino", "ov-exact"), ("openvino", "ov-prefix-cache"), ("openvino", "ov-evict")} <= set(cells)
+    assert cells[("openvino", "ov-exact")]["capabilities"]["exact_snapshot"] is True
+    assert cells[("openvino", "ov-prefix-cache")]["capabilities"]["state_snapshot"] is False
+    assert cells[("openvino", "ov-evict")]["capabilities"]["reasons"]["residency"].startswith("modeled")
     assert all(c["limits"] for c in cells.values() if c["runnable"])
 
 
@@ -84,3 +87,32 @@ def test_a_cancelled_swap_closes_the_new_cell_and_keeps_the_conversation(engine)
     assert engine.profile.name == "exact" and engine.info.identity.setting("kv_cache_type_k") == "f16"
     assert engine.tape == tape and list(engine.session.tokens) == list(tape)
     assert engine.complete(" Then", DecodeConfig(max_tokens=2)).reused == len(tape)
+
+
+def test_a_conversation_swaps_llama_to_openvino_and_back_with_its_tape_and_tree(engine):
+    engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+    tape, nodes = engine.tape, len(engine.tree)
+    to_openvino = engine.swap(load_profile("ov-exact").with_changes(n_ctx=1024))
+    assert (to_openvino.mode, to_openvino.recomputed, engine.info.backend) == ("recompute", len(tape), "openvino")
+    assert "backend 'llama' -> 'openvino'" in to_openvino.reason
+    assert engine.tape == tape and list(engine.session.tokens) == list(tape)
+    turn = engine.complete(" Then", DecodeConfig(max_tokens=3))
+    assert turn.reused == len(tape)
+    longer = engine.tape
+    back = engine.swap(load_profile("exact").with_changes(n_ctx=1024))
+    assert (back.mode, back.recomputed, engine.info.backend) == ("recompute", len(longer), "llama")
+    assert engine.tape == longer and len(engine.tree) == nodes + 1
+
+
+def test_a_node_made_on_llama_is_recomputed_from_its_tokens_on_openvino(engine):
+    engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+    node = engine.tree.current
+    engine.complete(" And", DecodeConfig(max_tokens=2))
+    engine.reset()
+    engine.complete("Something else entirely", DecodeConfig(max_tokens=2))
+    engine.swap(load_profile("ov-exact").with_changes(n_ctx=1024))
+    restore = engine.restore_node(node)
+    # Both tapes start with the same BOS, which the cache keeps; the rest is recomputed.
+    assert (restore.mode, restore.recomputed) == ("recompute", engine.tree.tape_length(node) - 1)
+    assert restore.reason == "it was made by another runtime identity"
+    assert engine.tape == engine.tree.tape(node)

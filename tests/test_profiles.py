@@ -67,6 +67,7 @@ def test_a_profile_can_be_given_as_a_path(tmp_path):
     ],
 )
 def test_invalid_profiles_are_refused_with_the_reason(toml, message):
+    """(OpenVINO profiles' errors are in test_openvino_backend.py.)"""
     with pytest.raises(ProfileError) as err:
         profile_from_toml(toml, "bad", "profile 'bad'")
     assert str(err.value) == f"profile 'bad': {message}"
@@ -78,7 +79,7 @@ def test_a_profile_that_is_not_toml_is_refused():
 
 
 def test_an_unknown_profile_name_lists_the_available_ones():
-    with pytest.raises(ProfileError, match="unknown profile 'nope' \\(available: exact, fast-long, q8, streaming"):
+    with pytest.raises(ProfileError, match="unknown profile 'nope' \\(available: exact, fast-long, ov-evict, ov-exact, ov-prefix-cache, q8, streaming"):
         load_profile("nope")
 
 

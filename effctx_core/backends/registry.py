@@ -33,7 +33,7 @@ class BackendEntry:
 REGISTRY: dict[str, BackendEntry] = {
     entry.name: entry for entry in (
         BackendEntry("llama", "llama-cpp-python (llama.cpp)", "effctx_core.backends.llama", "LlamaBackend"),
-        BackendEntry("openvino", "openvino-genai", None, missing="openvino-genai is not part of this build yet"),
+        BackendEntry("openvino", "openvino-genai (OpenVINO)", "effctx_core.backends.openvino", "OpenVINOBackend"),
     )
 }
 # The backends this build can run.
@@ -56,8 +56,30 @@ def get_backend(name: str) -> "Backend":
     return backend
 
 
+def _settings(name: str):
+    return importlib.import_module(f"{entry(name).package}.settings")
+
+
 def profile_problems(profile: "Profile", where: str) -> list[str]:
     """What the profile's backend finds wrong with its settings, one line each."""
-    settings = importlib.import_module(f"{entry(profile.backend).package}.settings")
-    problems: list[str] = settings.check_profile(profile, where)
+    problems: list[str] = _settings(profile.backend).check_profile(profile, where)
     return problems
+
+
+def backend_keys(name: str) -> frozenset[str]:
+    """The profile's top-level keys this backend reads (the others belong to another backend)."""
+    keys: frozenset[str] = _settings(name).PROFILE_KEYS
+    return keys
+
+
+def quantized_kv_types(name: str) -> tuple[str, ...]:
+    """The K/V cache element types below 16 bits this backend takes, by its own names."""
+    types: tuple[str, ...] = _settings(name).QUANTIZED_TYPES
+    return types
+
+
+def contract_variants(name: str) -> dict[str, tuple[tuple[str, object], ...]]:
+    """The backend's ways of running a session that the conformance suite runs apart, as
+    profile options (the first is the backend's default)."""
+    variants: dict[str, tuple[tuple[str, object], ...]] = getattr(_settings(name), "CONTRACT_VARIANTS", {"": ()})
+    return variants

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from effctx_core.cli.options import COUNT, add_runtime_options, model_from_args, number_list, profile_from_args
+from effctx_core.cli.options import COUNT, add_runtime_options, number_list, prepared_model, profile_from_args
 from effctx_core.errors import EffctxError
 
 
@@ -28,6 +28,13 @@ def add_parser(sub) -> None:
     cell.add_argument("--depths", metavar="D,D,…", help="passkey needle depths (default: as in the console)")
     cell.add_argument("--json", action="store_true")
 
+    ttft = bench_sub.add_parser("ttft", help="time to first token cold, warm from the runtime's own cache and "
+                                              "warm from effctx's prefix snapshot cache, with the passkey answer beside")
+    add_runtime_options(ttft)
+    ttft.set_defaults(profile="exact")
+    ttft.add_argument("--lengths", default="1024", metavar="N,N,…", help="passkey prompt lengths in tokens (default 1024)")
+    ttft.add_argument("--json", action="store_true")
+
     # Drawn with Textual, so effctx_tui's entry point runs it; listed here for --help.
     bench_sub.add_parser("residency", help="time a redraw of the residency view on a 128k-token tape")
     planner = bench_sub.add_parser("planner", help="time each residency policy on a long tape")
@@ -41,13 +48,15 @@ def run(args: argparse.Namespace) -> int:
         return cmd_bench_planner(args)
     if args.bench == "cell":
         return cmd_bench_cell(args)
+    if args.bench == "ttft":
+        return cmd_bench_ttft(args)
     if args.bench == "residency":
         raise EffctxError("bench residency draws with Textual: run it as `effctx bench residency`")
     from effctx_core.bench.overhead import run_overhead
 
     profile = profile_from_args(args)
     report = run_overhead(
-        model_from_args(args, profile), profile, args.prompt_tokens, args.decode_tokens, args.rounds,
+        prepared_model(args, profile), profile, args.prompt_tokens, args.decode_tokens, args.rounds,
         progress=lambda msg, done, total: print(msg, file=sys.stderr, flush=True) if not args.json else None,
     )
     if args.json:
@@ -87,7 +96,7 @@ def cmd_bench_cell(args: argparse.Namespace) -> int:
     plan = replace(CellBenchPlan(), **changes)
     profile = profile_from_args(args)
     report = run_cell_bench(
-        model_from_args(args, profile), profile, plan,
+        prepared_model(args, profile), profile, plan,
         progress=lambda msg, done, total: None if args.json else print(f"[{done}/{total}] {msg}", file=sys.stderr, flush=True),
     )
     if args.json:
@@ -98,4 +107,29 @@ def cmd_bench_cell(args: argparse.Namespace) -> int:
         print(f"{'ok  ' if t.correct else 'FAIL'} passkey length {t.length}  depth {t.depth:.2f}  key {t.key}  "
               f"answer {t.answer[:28]!r:32} {t.verdict}")
     print(report.summary())
+    return 0
+
+
+def cmd_bench_ttft(args: argparse.Namespace) -> int:
+    """--profile takes a comma-separated list here; each is checked before any model loads."""
+    from effctx_core.bench.ttft import run_ttft, ttft_table
+
+    lengths = number_list(args.lengths, int, "--lengths", 64, 1_000_000)
+    names = [name.strip() for name in args.profile.split(",") if name.strip()]
+    if not names:
+        raise EffctxError("--profile names no profile")
+    profiles = [profile_from_args(argparse.Namespace(**{**vars(args), "profile": name})) for name in names]
+    for profile in profiles:
+        if max(lengths) + 64 > profile.n_ctx:
+            raise EffctxError(f"--lengths {max(lengths)} does not fit profile {profile.name!r} (n_ctx {profile.n_ctx}) "
+                              "with its answer")
+    model = prepared_model(args, profiles[0])
+    for profile in profiles[1:]:
+        prepared_model(args, profile)
+    rows = run_ttft(model, profiles, lengths, progress=lambda msg, done, total: None if args.json
+                    else print(f"[{done}/{total}] {msg}", file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps([row.to_dict() for row in rows], indent=2))
+        return 0
+    print(ttft_table(rows))
     return 0

@@ -117,6 +117,20 @@ def model_from_args(args: argparse.Namespace, profile: Profile) -> Path:
     return resolve_model(args.model or profile.model, progress=stderr_progress())
 
 
+def prepared_model(args: argparse.Namespace, profile: Profile) -> Path:
+    """The model, with what the profile's backend must make of it before the first open
+    (a conversion) done now, with progress, rather than silently inside the open."""
+    from effctx_core.backends.registry import get_backend
+
+    path = model_from_args(args, profile)
+    backend = get_backend(profile.backend)
+    pending = backend.pending_preparation(path, profile)
+    if pending:
+        print(f"effctx: profile {profile.name!r} {pending}", file=sys.stderr, flush=True)
+        backend.prepare(path, profile, stderr_progress())
+    return path
+
+
 def check_trace_arg(path: str | None) -> None:
     if path is not None:
         from effctx_core.events.trace import check_trace_target

@@ -12,7 +12,7 @@ from effctx_core.cli.options import (
     add_sampling_options,
     check_run_inputs,
     decode_config_from_args,
-    model_from_args,
+    prepared_model,
     read_text_file,
     warn,
 )
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         from effctx_core.snapshots import SnapshotStore
 
         store = SnapshotStore()
-    engine = SessionEngine(model_from_args(args, profile), profile, trace_path=args.trace, prefix_cache=store)
+    engine = SessionEngine(prepared_model(args, profile), profile, trace_path=args.trace, prefix_cache=store)
     try:
         engine.open()
         config = decode_config_from_args(args)

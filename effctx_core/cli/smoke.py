@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from effctx_core.cli.options import COUNT, add_runtime_options, model_from_args, number_list, profile_from_args
+from effctx_core.cli.options import COUNT, add_runtime_options, number_list, prepared_model, profile_from_args
 from effctx_core.errors import EffctxError
 
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise EffctxError("--seeds must be at least 1")
     profile = profile_from_args(args)
-    engine = SessionEngine(model_from_args(args, profile), profile)
+    engine = SessionEngine(prepared_model(args, profile), profile)
 
     def show(trial) -> None:
         if not args.json:

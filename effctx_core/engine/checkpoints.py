@@ -61,7 +61,8 @@ class Checkpointer:
             tree.set_current(parent.id)  # the turn arrived at a node that exists
             return
         blob, state_bytes, message = known_blob, 0, None
-        if blob is None and self.store is not None and not tracker.evicts:
+        if blob is None and self.store is not None and not tracker.evicts \
+                and session.info.capabilities.state_snapshot.supported:
             try:
                 snap = session.snapshot()
                 blob = save_snapshot(self.store, snap, meta={"kind": kind}).key

@@ -34,6 +34,8 @@ class PrefixLoader:
         store = self.cache
         t0 = time.perf_counter_ns()
         message = None
+        if not session.info.capabilities.state_snapshot.supported:
+            store = None  # states cannot be saved or loaded here: the prefix is prefilled
         key = store.find(identity.digest(), tokens) if store is not None else None
         if store is not None and key is not None:
             try:

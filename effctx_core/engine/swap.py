@@ -29,7 +29,8 @@ def swap(state: EngineState, profile: Profile) -> SwapResult:
     new = RunningCell.open(state.model_path, profile)
     old_identity, new_identity = old.session.info.identity, new.session.info.identity
     try:
-        if new_identity == old_identity and not old.tracker.evicts:
+        if new_identity == old_identity and not old.tracker.evicts \
+                and new.session.info.capabilities.state_snapshot.supported:
             new.session.restore(old.session.snapshot())
             if list(new.session.tokens) != old_tape:
                 new.session.ensure_prefix(old_tape)  # a stop text the tape had dropped

@@ -13,6 +13,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
+from effctx_core.backends.registry import backend_keys
 from effctx_core.cells import Cell
 from effctx_core.engine import SwapResult
 from effctx_core.errors import Cancelled, EffctxError
@@ -31,8 +32,8 @@ def cell_row(cell: Cell, current: str | None) -> list[Text | str]:
         name,
         str(info.n_ctx) if info else "-",
         f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-",
-        ("on" if p.flash_attn else "off") if p else "-",
-        yes_no(p.swa_full) if p else "-",
+        ("on" if p.flash_attn else "off") if p and "flash_attn" in backend_keys(p.backend) else "-",
+        yes_no(p.swa_full) if p and "swa_full" in backend_keys(p.backend) else "-",
         p.residency.policy if p else "-",
         yes_no(caps.position_shift.supported) if caps else "-",
         yes_no(caps.exact_snapshot.supported) if caps else "-",
@@ -72,9 +73,14 @@ class CellsScreen(Screen):
 
     def __init__(self, load: Callable[[], list[Cell]], swap: Callable[[Cell], SwapResult] | None,
                  current: Callable[[], str | None], is_busy: Callable[[], bool] = lambda: False,
-                 cancel: Callable[[], None] = lambda: None) -> None:
+                 cancel: Callable[[], None] = lambda: None,
+                 prepare: Callable[[Cell, Callable[[str, int, int], None]], None] | None = None) -> None:
         super().__init__()
         self._load, self._swap, self._current, self._is_busy, self._cancel = load, swap, current, is_busy, cancel
+        self._prepare = prepare
+        # The cell whose preparation (a conversion) the user was told the cost of: a
+        # second Enter on it goes ahead.
+        self._asked: str | None = None
         self.cells: list[Cell] = []
         self.swapping = False
         self.title = "Cells"
@@ -127,6 +133,8 @@ class CellsScreen(Screen):
             for key, note in caps.notes.items():
                 text.append(f"{key}: {note}\n", style="dim")
         text.append(("runs: " if cell.runnable else "unsupported: ") + cell.reason)
+        if cell.preparation:
+            text.append(f"\nfirst use: {cell.preparation}", style="yellow")
         self.query_one("#cells-detail", Static).update(text)
 
     @on(DataTable.RowSelected)
@@ -148,6 +156,11 @@ class CellsScreen(Screen):
         if self._is_busy() or self.swapping:
             self.notify("A reply or a swap is still running; Esc stops it.", severity="warning")
             return
+        if cell.preparation and self._asked != cell.profile:
+            self._asked = cell.profile
+            self.query_one("#cells-note", Static).update(
+                f"{cell.profile}: the first use {cell.preparation}. Enter again to go ahead, or pick another cell.")
+            return
         self.swapping = True
         self.query_one("#cells-note", Static).update(f"swapping to {cell.profile}… (Esc cancels a recompute)")
         self._run_swap(cell)
@@ -166,9 +179,20 @@ class CellsScreen(Screen):
             bar.add_class("-running")
             bar.update(total=total, progress=done)
 
+    def _preparing(self, stage: str, done: int, total: int) -> None:
+        """Progress of a cell's preparation, from the swap worker's thread."""
+        def show() -> None:
+            self.query_one("#cells-note", Static).update(f"preparing: {stage}… (this runs once)")
+            bar = self.query_one("#swap-progress", ProgressBar)
+            bar.add_class("-running")
+            bar.update(total=max(total, 1), progress=done)
+        self.app.call_from_thread(show)
+
     @work(thread=True, exclusive=True, exit_on_error=False)
     def _run_swap(self, cell: Cell) -> None:
         try:
+            if cell.preparation and self._prepare is not None:
+                self._prepare(cell, self._preparing)
             self.post_message(self.Swapped(self._swap(cell), None))
         except Cancelled as exc:
             self.post_message(self.Swapped(None, str(exc), cancelled=True))

@@ -12,6 +12,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
+from effctx_core.backends.registry import get_backend
 from effctx_core.cells import list_cells
 from effctx_core.contract import DecodeConfig, TurnResult
 from effctx_core.engine import NodeRestore
@@ -269,6 +270,8 @@ class SessionScreen(Screen):
             current=lambda: engine.profile.name,
             is_busy=lambda: self.busy,
             cancel=engine.cancel,
+            prepare=lambda cell, progress: get_backend(cell.backend).prepare(
+                engine.model_path, cell.profile_record, progress),
         )
         self.app.push_screen(self._cells_screen)
 

@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 from tiny_gguf import write_tiny_llama_gguf
 
-from effctx_core.backends.registry import BACKENDS, get_backend
+from effctx_core.backends.registry import BACKENDS, contract_variants, get_backend
 from effctx_core.contract import Backend, Capability, Session
 from effctx_core.errors import ModelFileError
 from effctx_core.models import prepare_default_model
@@ -33,17 +33,19 @@ class CellUnderTest:
     backend: Backend
     model_name: str
     model_path: Path
+    variant: str = ""
+    options: tuple[tuple[str, object], ...] = ()
 
     def profile(self, **changes: object) -> Profile:
         base = Profile(name="contract", backend=self.backend.name, n_ctx=N_CTX, n_batch=N_BATCH,
-                       description="the conformance suite's cell")
+                       description="the conformance suite's cell", options=self.options)
         return base.with_changes(**changes) if changes else base
 
     def open(self, **changes: object) -> Session:
         return self.backend.open(self.model_path, self.profile(**changes))
 
     def __str__(self) -> str:
-        return f"{self.backend.name}-{self.model_name}"
+        return "-".join(part for part in (self.backend.name, self.variant, self.model_name) if part)
 
 
 @pytest.fixture(scope="session")
@@ -58,16 +60,19 @@ def _model_path(name: str, request: pytest.FixtureRequest) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=[(b, m) for b in BACKENDS for m in MODELS], ids=lambda p: f"{p[0]}-{p[1]}")
+CELLS = [(b, v, m) for b in BACKENDS for v in contract_variants(b) for m in MODELS]
+
+
+@pytest.fixture(scope="module", params=CELLS, ids=lambda p: "-".join(part for part in p if part))
 def cell(request: pytest.FixtureRequest) -> CellUnderTest:
-    backend_name, model_name = request.param
+    backend_name, variant, model_name = request.param
     backend = get_backend(backend_name)
     path = _model_path(model_name, request)
     try:
         backend.check_model(path)
     except ModelFileError as exc:
         pytest.skip(f"the {backend_name} backend does not read the {model_name} model: {exc}")
-    return CellUnderTest(backend, model_name, path)
+    return CellUnderTest(backend, model_name, path, variant, contract_variants(backend_name)[variant])
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import require, words
 
+from effctx_core.backends.registry import quantized_kv_types
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.errors import UnsupportedFeatureError
@@ -70,9 +71,12 @@ def test_the_scored_policy_runs_only_on_attention_scores(cell, session):
 def test_quantized_caches_run_where_claimed(cell, session):
     caps = session.info.capabilities
     require(caps.quantized_k, "quantized_k")
-    quantized = cell.open(kv_cache_type_k="q8_0")
+    kind = quantized_kv_types(cell.backend.name)[0]
+    # V quantized too where that is claimed: some caches take only both or neither.
+    both = {"kv_cache_type_v": kind} if caps.quantized_v.supported else {}
+    quantized = cell.open(kv_cache_type_k=kind, **both)
     try:
-        assert quantized.info.identity.setting("kv_cache_type_k") == "q8_0"
+        assert quantized.info.identity.setting("kv_cache_type_k") == kind
         assert quantized.info.identity != session.info.identity
         quantized.ensure_prefix(words(quantized, 20))
         assert len(list(quantized.decode(DecodeConfig(max_tokens=2)))) >= 1

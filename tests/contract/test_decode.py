@@ -63,6 +63,15 @@ def test_the_engine_counts_what_the_backend_did(clean):
     assert len(clean.tape) == first.prefilled + first.generated + second.prefilled + second.generated
 
 
+def test_a_runtime_that_counts_its_requests_counts_what_the_engine_counted(clean):
+    result = clean.complete("Once upon a time", DecodeConfig(max_tokens=5))
+    counts = clean.explain().runtime_counts
+    if counts is None:
+        pytest.skip("the runtime reports no per-request counts")
+    assert (counts.generated_tokens, counts.counted_generated_tokens) == (result.generated, result.generated)
+    assert counts.input_tokens == counts.counted_input_tokens == len(clean.tape) - result.generated
+
+
 def test_a_cancel_stops_the_prefill_between_two_chunks(clean):
     unsubscribe = clean.subscribe(lambda e: clean.cancel() if e.kind == "prefill_chunk" else None)
     try:

@@ -42,14 +42,20 @@ def test_the_engine_refuses_a_turn_that_cannot_fit_before_it_starts(cell):
         engine.close()
 
 
-def test_a_poisoned_session_refuses_work_until_it_is_reopened(cell):
+def test_a_damaged_state_is_refused_whole_or_poisons_the_session_until_it_is_reopened(cell):
+    """A backend that can check a state before it touches the cache refuses it and stays as
+    it was; one that finds out only while loading it is poisoned and refuses all work."""
     session = cell.open()
     try:
         require(session.info.capabilities.state_snapshot, "state_snapshot")
+        tape = words(session, 8)
+        session.ensure_prefix(tape)
         damaged = SessionSnapshot(session.info.identity, (1, 2, 3), b"not a state", None)
         with pytest.raises(EffctxError):
             session.restore(damaged)
-        assert session.explain().poisoned
+        if not session.explain().poisoned:
+            assert list(session.tokens) == tape and session.ensure_prefix(tape).reused == 8
+            return
         for work in (lambda: session.ensure_prefix([1]), lambda: session.prefill_suffix([1]),
                      lambda: list(session.decode(DecodeConfig(max_tokens=1))), session.snapshot):
             with pytest.raises(SessionFatalError, match="reopen"):

@@ -23,7 +23,7 @@ async def test_the_cells_screen_lists_cells_and_swaps_the_conversation(default_m
         assert isinstance(cells, CellsScreen)
         await wait_for(pilot, lambda: len(cells.cells) > 0)
         profiles = [c.profile for c in cells.cells]
-        assert profiles[:4] == ["exact", "fast-long", "q8", "streaming"] and profiles[-1] == "-"
+        assert profiles == ["exact", "fast-long", "q8", "streaming", "ov-evict", "ov-exact", "ov-prefix-cache"]
         assert cells.query_one(DataTable).row_count == len(cells.cells)
         cells.query_one(DataTable).move_cursor(row=profiles.index("q8"))
         await pilot.press("enter")
@@ -57,3 +57,42 @@ async def test_escape_during_a_swap_recompute_cancels_it_and_stays_on_the_runnin
         assert note.startswith("swap to q8 cancelled after recomputing ") and note.endswith(f"still on {running}")
         assert app.screen is cells and app.engine.profile.name == running
         assert app.engine.tape == tape and list(app.engine.session.tokens) == list(tape)
+
+
+async def _swap_to(pilot, cells: CellsScreen, profile: str) -> None:
+    """Select a cell and press Enter; a second Enter when it asks first (a conversion)."""
+    app = cells.app
+    cells.query_one(DataTable).move_cursor(row=[c.profile for c in cells.cells].index(profile))
+    await pilot.press("enter")
+    if next(c for c in cells.cells if c.profile == profile).preparation:
+        note = cells.query_one("#cells-note", Static)
+        assert "Enter again to go ahead" in str(note.render())
+        await pilot.press("enter")
+    await wait_for(pilot, lambda: app.engine.profile.name == profile and not cells.swapping, seconds=120)
+
+
+async def test_a_conversation_swaps_llama_to_openvino_to_llama_with_its_tape(default_model):
+    app = EffctxApp(max_tokens=2, checkpoints=None)
+    async with app.run_test(size=(140, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        await pilot.press(*"Hello", "enter")
+        await wait_for(pilot, lambda: screen.turns_done == 1)
+        tape = app.engine.tape
+        await pilot.press("ctrl+o")
+        cells = app.screen
+        await wait_for(pilot, lambda: len(cells.cells) > 0)
+        await _swap_to(pilot, cells, "ov-exact")
+        note = cells.query_one("#cells-note", Static)
+        assert str(note.render()).startswith(f"now on ov-exact: recomputed {len(tape)} tokens")
+        assert (app.engine.info.backend, app.engine.tape) == ("openvino", tape)
+        await pilot.press("escape")
+        await pilot.press(*" Again", "enter")
+        await wait_for(pilot, lambda: screen.turns_done == 2)
+        assert screen.last_result.reused == len(tape)
+        longer = app.engine.tape
+        await pilot.press("ctrl+o")
+        cells = app.screen
+        await wait_for(pilot, lambda: len(cells.cells) > 0)
+        await _swap_to(pilot, cells, "exact")
+        assert (app.engine.info.backend, app.engine.tape) == ("llama", longer)

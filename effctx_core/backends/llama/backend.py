@@ -12,6 +12,7 @@ from effctx_core.backends.llama.gguf_facts import check_gguf_file
 from effctx_core.backends.llama.runtime import load_model
 from effctx_core.backends.llama.session import LlamaSession
 from effctx_core.contract import Baseline, ModelInfo, Session
+from effctx_core.models import ProgressFn
 
 if TYPE_CHECKING:
     # The profile is read, never built, here: the backends sit below the profile schema.
@@ -26,6 +27,12 @@ class LlamaBackend:
 
     def check_model(self, path: Path) -> None:
         check_gguf_file(path)
+
+    def pending_preparation(self, model_path: Path, profile: Profile) -> str | None:
+        return None  # llama.cpp reads the GGUF as it is
+
+    def prepare(self, model_path: Path, profile: Profile, progress: ProgressFn | None = None) -> None:
+        pass
 
     def open(self, model_path: Path, profile: Profile) -> LlamaSession:
         return LlamaSession(load_model(Path(model_path)), profile, self.version())

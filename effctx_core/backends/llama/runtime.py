@@ -150,23 +150,25 @@ def _load_progress(progress: float, user_data: ctypes.c_void_p) -> bool:
     return not (deferred is not None and deferred.hit)
 
 
-_models: dict[tuple[str, int, int], LoadedModel] = {}
+_models: dict[tuple[str, int, int, bool], LoadedModel] = {}
 _models_lock = threading.Lock()
 
 
-def load_model(path: Path) -> LoadedModel:
-    """Load a GGUF model once per process (weights are mmapped and shared by contexts)."""
+def load_model(path: Path, vocab_only: bool = False) -> LoadedModel:
+    """Load a GGUF model once per process (weights are mmapped and shared by contexts);
+    `vocab_only`: its tokenizer and metadata alone, for a runtime that brings its own weights."""
     ensure_initialised()
     path = Path(path).resolve()
     check_gguf_file(path)
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
+    key = (str(path), st.st_size, st.st_mtime_ns, vocab_only)
     with _models_lock:
         loaded = _models.get(key)
         if loaded is not None:
             return loaded
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0
+        params.vocab_only = vocab_only
         params.progress_callback = _load_progress
         clear_llama_errors()
         with DeferredInterrupt() as deferred:

@@ -4,9 +4,8 @@ its token tape, kept in step."""
 from __future__ import annotations
 
 import ctypes
-import random
 import time
-from typing import TYPE_CHECKING, Generator, Sequence, TypedDict
+from typing import TYPE_CHECKING, Sequence
 
 import llama_cpp
 import numpy as np
@@ -18,25 +17,20 @@ from effctx_core.backends.llama.runtime import (
     clear_llama_errors,
     llama_error_reason,
 )
+from effctx_core.backends.llama.sampling import Sampler
 from effctx_core.backends.llama.settings import KV_CACHE_TYPES, QUANTIZED_TYPES, kv_settings
+from effctx_core.backends.tape_session import TapeSession, check_trained_context, ms_since, session_identity
 from effctx_core.contract import (
     Capabilities,
     Capability,
     ContextLimit,
-    ContextReport,
     DecodeConfig,
     ModelInfo,
     PrefillProgress,
-    PrefixCause,
-    PrefixStatus,
     ProgressSink,
     SessionSnapshot,
-    SuffixStatus,
-    TokenChunk,
 )
-from effctx_core.errors import ContextOverflowError, EffctxError, IdentityMismatchError, SessionFatalError
-from effctx_core.identity import RuntimeIdentity
-from effctx_core.transcript import chat_format_for
+from effctx_core.errors import ContextOverflowError, EffctxError, IdentityMismatchError
 
 if TYPE_CHECKING:
     # The profile is read, never built, here: the backends sit below the profile schema.
@@ -44,27 +38,6 @@ if TYPE_CHECKING:
 
 SEQ = 0
 _DECODE_NO_SLOT = 1
-
-
-class _Stats(TypedDict):
-    prefill_calls: int
-    prefill_tokens: int
-    prefill_ms: float
-    decode_calls: int
-    decode_tokens: int
-    decode_ms: float
-
-
-def _ms_since(t0: int) -> float:
-    return (time.perf_counter_ns() - t0) / 1e6
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
-    return int(diff[0]) if len(diff) else n
 
 
 def context_params(profile: Profile) -> llama_cpp.llama_context_params:
@@ -86,13 +59,10 @@ def context_params(profile: Profile) -> llama_cpp.llama_context_params:
     return params
 
 
-class LlamaSession:
+class LlamaSession(TapeSession):
     def __init__(self, model: LoadedModel, profile: Profile, backend_version: str):
         facts = model.facts
-        if profile.n_ctx > model.n_ctx_train:
-            raise EffctxError(
-                f"n_ctx {profile.n_ctx} is above the model's trained context length {model.n_ctx_train}"
-            )
+        check_trained_context(profile.n_ctx, model.n_ctx_train)
         self._model = model
         self._profile = profile
         params = context_params(profile)
@@ -108,34 +78,18 @@ class LlamaSession:
                 f"llama.cpp could not create a context for profile {profile.name!r}: "
                 + llama_error_reason("no reason given")
             )
+        super().__init__(model, int(llama_cpp.llama_n_ctx(ctx)))
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
-        self._n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self._batch = Batch(profile.n_batch)
-        self._greedy = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-        llama_cpp.llama_sampler_chain_add(self._greedy, llama_cpp.llama_sampler_init_greedy())
-        self._resident: list[int] = []
-        self._pending: list[int] = []
-        self._logits_ok = False
         # Logits restored from a snapshot; used for the next sample instead of the
         # context's own, which belong to whatever ran before the restore.
         self._logits_override: np.ndarray | None = None
         # Lowest position the sliding-window layers still hold after a sequence-state
         # restore, which keeps only the last n_swa of them even with swa_full.
         self._restore_floor = 0
-        self._poisoned: str | None = None
-        self._closed = False
-        self._stats: _Stats = {"prefill_calls": 0, "prefill_tokens": 0, "prefill_ms": 0.0,
-                       "decode_calls": 0, "decode_tokens": 0, "decode_ms": 0.0}
-        self.identity = RuntimeIdentity.build(
-            backend="llama",
-            backend_version=backend_version,
-            model_sha256=facts.sha256,
-            kv_settings=kv_settings(profile),
-            residency=profile.residency.identity_key,
-            prompt_template=chat_format_for(facts).identity,
-            add_bos=facts.add_bos,
-        )
+        self.identity = session_identity("llama", backend_version, facts, kv_settings(profile),
+                                         profile.residency.identity_key)
         self._info = self._build_info(backend_version)
 
     # ------------------------------------------------------------------ description
@@ -202,35 +156,8 @@ class LlamaSession:
         )
 
     @property
-    def info(self) -> ModelInfo:
-        return self._info
-
-    @property
-    def tokens(self) -> tuple[int, ...]:
-        return tuple(self._resident) + tuple(self._pending)
-
-    @property
     def model(self) -> LoadedModel:
         return self._model
-
-    def tokenize(self, text: str, add_bos: bool, special: bool = False) -> list[int]:
-        return self._model.tokenize(text, add_bos, special)
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return self._model.detokenize(tokens)
-
-    # ------------------------------------------------------------------ state checks
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise SessionFatalError("the session is closed")
-        if self._poisoned:
-            raise SessionFatalError(f"the session is poisoned ({self._poisoned}); reopen it")
-
-    def _poison(self, why: str) -> SessionFatalError:
-        self._poisoned = why
-        self._logits_ok = False
-        return SessionFatalError(f"the session is poisoned ({why}); reopen it")
 
     def _oldest_swa_position(self) -> int:
         held = int(llama_cpp.llama_memory_seq_pos_min(self._mem, SEQ))
@@ -286,18 +213,14 @@ class LlamaSession:
         pos_max = int(llama_cpp.llama_memory_seq_pos_max(self._mem, SEQ))
         if pos_max != len(self._resident) - 1:
             raise self._poison(f"after removing [{start}, {end}) the cache ends at {pos_max}, expected {len(self._resident) - 1}")
-        return _ms_since(t0)
+        return ms_since(t0)
 
     # ------------------------------------------------------------------ evaluation
 
-    def _eval(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> float:
+    def _append(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> float:
         """Append tokens to the cache in n_batch chunks; logits for the last one."""
         total = len(tokens)
-        if total == 0:
-            return 0.0
         start = len(self._resident)
-        if start + total > self._n_ctx:
-            raise ContextOverflowError(stage, start, total, self._n_ctx)
         arr = np.asarray(tokens, dtype=np.int32)
         clear_llama_errors()
         self._logits_override = None
@@ -309,7 +232,7 @@ class LlamaSession:
             self._batch.fill(chunk, start + off, want_logits=last)
             t0 = time.perf_counter_ns()
             rc = llama_cpp.llama_decode(self._ctx, self._batch.raw)
-            ms = _ms_since(t0)
+            ms = ms_since(t0)
             if rc != 0:
                 self._recover_failed_eval(rc, stage, start, total)
             self._resident.extend(tokens[off : off + len(chunk)])
@@ -342,159 +265,25 @@ class LlamaSession:
         # After any KV edit or restore the context's logits belong to another state (the
         # last batch evaluated before it): drop the last position and decode its token again.
         last = len(self._resident) - 1
-        if last < 0:
-            raise EffctxError("nothing to decode from: the session holds no tokens")
         if not llama_cpp.llama_memory_seq_rm(self._mem, SEQ, last, -1):
             raise self._poison("llama.cpp refused to remove the last position for a logits refresh")
         token = self._resident.pop()
         self._eval([token], "refresh", None)
 
-    # ------------------------------------------------------------------ contract
+    # ------------------------------------------------------------------ sampling
 
-    def ensure_prefix(self, prefix: Sequence[int], progress: ProgressSink | None = None) -> PrefixStatus:
-        self._check_usable()
-        prefix = list(prefix)
-        if len(prefix) > self._n_ctx:
-            raise ContextOverflowError("prefix", 0, len(prefix), self._n_ctx)
-        before = len(self._resident)
-        keep = common_prefix_length(self._resident, prefix)
-        cause, diverged_at, floor = self._prefix_cause(before, keep, len(prefix)), None, None
-        if keep < before:
-            diverged_at = keep
-            limit = self.rollback_limit()
-            if keep < limit:
-                cause, floor, keep = PrefixCause.ROLLBACK_LIMIT, limit, 0
-            self._truncate(keep)
-        self._pending = []
-        t0 = time.perf_counter_ns()
-        ms = self._eval(prefix[keep:], "prefix", progress)
-        self._count_prefill(len(prefix) - keep, ms)
-        return PrefixStatus(
-            prefix_tokens=len(prefix),
-            reused=keep,
-            prefilled=len(prefix) - keep,
-            dropped=before - keep,
-            resident=len(self._resident),
-            available=self._n_ctx - len(self._resident),
-            prefill_ms=_ms_since(t0) if len(prefix) > keep else 0.0,
-            cause=cause,
-            diverged_at=diverged_at,
-            rollback_floor=floor,
-        )
+    def _open_sampler(self, config: DecodeConfig) -> Sampler:
+        return Sampler(config)
 
-    @staticmethod
-    def _prefix_cause(before: int, keep: int, wanted: int) -> PrefixCause:
-        if before == 0:
-            return PrefixCause.EMPTY
-        if keep == before == wanted:
-            return PrefixCause.IDENTICAL
-        if keep == before:
-            return PrefixCause.EXTENDS
-        return PrefixCause.DIVERGED
+    def _next_token(self, sampler: Sampler) -> int:
+        if self._logits_override is not None:
+            return sampler.from_logits(self._logits_override)
+        return sampler.from_context(self._ctx)
 
-    def _count_prefill(self, n: int, ms: float) -> None:
-        if n:
-            self._stats["prefill_calls"] += 1
-            self._stats["prefill_tokens"] += n
-            self._stats["prefill_ms"] += ms
+    def _close_sampler(self, sampler: Sampler) -> None:
+        sampler.free()
 
-    def prefill_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> SuffixStatus:
-        self._check_usable()
-        todo = self._pending + list(suffix)
-        if len(self._resident) + len(todo) > self._n_ctx:
-            raise ContextOverflowError("prefill", len(self._resident), len(todo), self._n_ctx)
-        t0 = time.perf_counter_ns()
-        # Cleared first: a progress callback may stop the prefill between chunks, and the
-        # chunks already done (pending tokens first) are resident by then.
-        self._pending = []
-        ms = self._eval(todo, "prefill", progress)
-        self._count_prefill(len(todo), ms)
-        return SuffixStatus(
-            suffix_tokens=len(suffix),
-            prefilled=len(todo),
-            resident=len(self._resident),
-            available=self._n_ctx - len(self._resident),
-            prefill_ms=_ms_since(t0) if todo else 0.0,
-        )
-
-    def _sampler(self, config: DecodeConfig):
-        if config.greedy:
-            return self._greedy, False
-        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-        if config.top_p < 1.0:
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(config.top_p, 1))
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(config.temperature))
-        seed = config.seed if config.seed is not None else random.getrandbits(32)
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(seed))
-        return chain, True
-
-    def decode(self, config: DecodeConfig) -> Generator[TokenChunk, None, None]:
-        """Stream tokens; each is evaluated into the cache after it is handed out.
-
-        A consumer that stops early leaves the last token it received pending: it is
-        part of the tape and is evaluated by the next prefill.
-        """
-        self._check_usable()
-        if self._pending:
-            self.prefill_suffix([])
-        if not self._logits_ok:
-            self._refresh_logits()
-        sampler, owned = self._sampler(config)
-        text = self._model.text_decoder()
-        try:
-            for index in range(config.max_tokens):
-                t0 = time.perf_counter_ns()
-                if self._logits_override is not None:
-                    token = self._sample_from(sampler, self._logits_override)
-                else:
-                    token = int(llama_cpp.llama_sampler_sample(sampler, self._ctx, -1))
-                if self._model.is_eog(token):
-                    yield TokenChunk(token, text.flush(), index, _ms_since(t0), "eog")
-                    return
-                self._pending = [token]
-                room = self._n_ctx - len(self._resident)
-                # The context filling is the truer reason when both hold: the engine
-                # shortens max_tokens to the room left, so it ends there too.
-                if room <= 1 and not config.slide:
-                    stop = "n_ctx"
-                elif index == config.max_tokens - 1:
-                    stop = "max_tokens"
-                else:
-                    stop = None
-                piece = text.feed(token) + (text.flush() if stop else "")
-                sample_ms = _ms_since(t0)
-                yield TokenChunk(token, piece, index, sample_ms, stop)
-                if len(self._resident) >= self._n_ctx:
-                    if config.slide:
-                        raise ContextOverflowError("decode", len(self._resident), 1, self._n_ctx)
-                    return  # no slot left to evaluate it: it stays pending
-                t1 = time.perf_counter_ns()
-                self._eval([token], "decode", None)
-                self._pending = []
-                self._stats["decode_calls"] += 1
-                self._stats["decode_tokens"] += 1
-                self._stats["decode_ms"] += sample_ms + _ms_since(t1)
-                if stop:
-                    return
-        finally:
-            if owned:
-                llama_cpp.llama_sampler_free(sampler)
-
-    @staticmethod
-    def _sample_from(sampler, logits: np.ndarray) -> int:
-        """What llama_sampler_sample does, on logits that are not in the context."""
-        n = len(logits)
-        data = np.empty(n, dtype=[("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
-        data["id"] = np.arange(n, dtype=np.int32)
-        data["logit"] = logits
-        data["p"] = 0.0
-        cur = llama_cpp.llama_token_data_array(
-            data=data.ctypes.data_as(llama_cpp.llama_token_data_p), size=n, selected=-1, sorted=False
-        )
-        llama_cpp.llama_sampler_apply(sampler, ctypes.byref(cur))
-        token = int(cur.data[cur.selected].id)
-        llama_cpp.llama_sampler_accept(sampler, token)
-        return token
+    # ------------------------------------------------------------------ snapshots
 
     def _current_logits(self) -> bytes | None:
         if self._logits_override is not None:
@@ -539,28 +328,9 @@ class LlamaSession:
         n_swa = self._model.n_swa
         self._restore_floor = max(0, snapshot.n_tokens - n_swa) if n_swa else 0
 
-    def explain(self) -> ContextReport:
-        s = self._stats
-        resident = len(self._resident)
-        return ContextReport(
-            resident_tokens=resident,
-            pending_tokens=len(self._pending),
-            available_tokens=self._n_ctx - resident,
-            n_ctx=self._n_ctx,
-            prefill_calls=s["prefill_calls"],
-            prefill_tokens=s["prefill_tokens"],
-            prefill_ms=s["prefill_ms"],
-            decode_calls=s["decode_calls"],
-            decode_tokens=s["decode_tokens"],
-            decode_ms=s["decode_ms"],
-            poisoned=self._poisoned is not None,
-            rollback_floor=self.rollback_limit(),
-        )
-
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        llama_cpp.llama_sampler_free(self._greedy)
         self._batch.free()
         llama_cpp.llama_free(self._ctx)

@@ -28,9 +28,17 @@ PLAIN_V_TYPES = ("f32", "f16", "bf16")
 QUANTIZED_TYPES = tuple(t for t in KV_CACHE_TYPES if t not in PLAIN_V_TYPES)
 
 
+# The profile's top-level keys llama.cpp reads: every one (it has no table of its own).
+PROFILE_KEYS = frozenset({"description", "backend", "model", "n_ctx", "n_batch", "threads",
+                          "kv_cache_type_k", "kv_cache_type_v", "flash_attn", "swa_full"})
+
+
 def check_profile(profile: "Profile", where: str) -> list[str]:
     """What is wrong with the profile for llama.cpp, one line each (empty: nothing)."""
     problems = []
+    if profile.options:
+        problems.append(f"{where}: {', '.join(k for k, _ in profile.options)}: the llama backend takes no "
+                        "backend table")
     for side in ("k", "v"):
         kind = getattr(profile, f"kv_cache_type_{side}")
         if kind not in KV_CACHE_TYPES:

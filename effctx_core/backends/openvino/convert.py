@@ -35,13 +35,14 @@ from effctx_core.models import ProgressFn, data_dir, sha256_file
 
 # Bumped whenever the graph or the weight encoding changes: a cached IR of another
 # version is converted again.
-CONVERTER_VERSION = 2
+CONVERTER_VERSION = 3
 WEIGHT_FORMATS = ("int8", "f16", "f32")
 # "last": logits of each request's last position only, what a session needs to sample (a
 # 262k vocabulary makes all of them 1 MiB per token); "all": every position, to score text.
 LOGITS = ("last", "all")
 MANIFEST = "effctx-manifest.json"
 MODEL_XML = "openvino_model.xml"
+GENERATION_CONFIG = "generation_config.json"
 
 _F32_MIN = float(np.finfo(np.float32).min)
 _INT_MAX = int(np.iinfo(np.int32).max)
@@ -147,6 +148,18 @@ def hyper_params(reader: gguf.GGUFReader, path: Path) -> HyperParams:
         # llama.cpp's gemma3 and llama both scale scores by 1/sqrt(head dim)
         attention_scale=float(_field(reader, f"{arch}.attention.scale", 0.0) or 1.0 / np.sqrt(head_dim_k)),
     )
+
+
+def generation_config(reader: gguf.GGUFReader) -> dict[str, int]:
+    """The special token ids openvino-genai reads from generation_config.json beside the
+    IR: without the file its pipelines refuse to generate ("'stop_token_ids' must be
+    non-negative")."""
+    out = {}
+    for name in ("bos", "eos", "padding"):
+        value = _field(reader, f"tokenizer.ggml.{name}_token_id")
+        if value is not None:
+            out["pad_token_id" if name == "padding" else f"{name}_token_id"] = int(value)
+    return out
 
 
 class _Tensors:
@@ -433,6 +446,7 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
             "seconds": round(time.perf_counter() - t0, 1),
             "openvino": ov.get_version(),
         }
+        (tmp / GENERATION_CONFIG).write_text(json.dumps(generation_config(reader), indent=1))
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)

@@ -1,0 +1,88 @@
+"""What an OpenVINO session is and can do, stated from the profile and the pipeline that
+runs it: the same description whether a session is open or the cells list asks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from effctx_core.backends.llama.runtime import LoadedModel
+from effctx_core.backends.openvino.runtime import DEVICE
+from effctx_core.backends.openvino.settings import BLOCK_TOKENS, QUANTIZED_TYPES, kv_settings, options_of
+from effctx_core.backends.tape_session import session_identity
+from effctx_core.contract import Capabilities, Capability, ContextLimit, ModelInfo
+
+if TYPE_CHECKING:
+    from effctx_core.profiles import Profile
+
+# Cache element types whose values come back unchanged through query_state's f32 tensors.
+_LOSSLESS_STATE = ("f32", "f16", "bf16")
+
+
+def _stateful_capabilities(profile: Profile) -> Capabilities:
+    types = (profile.kv_cache_type_k, profile.kv_cache_type_v)
+    lossless = all(t in _LOSSLESS_STATE for t in types)
+    return Capabilities(
+        position_shift=Capability(False, "OpenVINO's stateful cache holds keys after RoPE and has no operation "
+                                         "that moves them to other positions"),
+        state_snapshot=Capability(True, "query_state() reads and writes the infer request's cache tensors"),
+        exact_snapshot=Capability(lossless, (
+            f"a {'/'.join(sorted(set(types)))} cache comes back unchanged through query_state's f32 tensors "
+            "(measured: identical logits after a restore)" if lossless
+            else "a u8 cache is quantized again when a state is set back (measured max|dlogit| 0.25 two tokens "
+                 "after a restore)"
+        )),
+        attention_scores=Capability(False, "OpenVINO's fused attention does not output attention weights"),
+        quantized_k=Capability(True, "KEY_CACHE_PRECISION u8 (u4 crashes the stateful path)"),
+        quantized_v=Capability(True, "VALUE_CACHE_PRECISION u8 (u4 crashes the stateful path)"),
+        rollback_floor=None,
+        rollback_reason="the stateful cache keeps every position of every layer (the sliding window is a mask), "
+                        "so it can be cut anywhere",
+    )
+
+
+def _paged_capabilities(profile: Profile) -> Capabilities:
+    options = options_of(profile)
+    restore = ("openvino-genai has no KV state API: a restore recomputes the tape"
+               + (" (its prefix cache may serve the blocks it still holds)" if options.enable_prefix_caching else ""))
+    notes = {"residency": "modeled: openvino-genai reports cache usage, not which blocks it kept"}
+    if options.evicts:
+        notes["eviction"] = (f"openvino-genai keeps {options.start_size} start and {options.recent_size} recent "
+                             f"tokens within {options.max_cache_size} ({options.aggregation_mode} scores)")
+    return Capabilities(
+        position_shift=Capability(False, "openvino-genai's scheduler owns the paged cache; effctx cannot edit it"),
+        state_snapshot=Capability(False, restore),
+        exact_snapshot=Capability(False, restore),
+        attention_scores=Capability(False, "openvino-genai aggregates attention scores inside its eviction and "
+                                           "does not expose them"),
+        quantized_k=Capability(True, f"KEY_CACHE_PRECISION {' or '.join(QUANTIZED_TYPES)}"),
+        quantized_v=Capability(True, f"VALUE_CACHE_PRECISION {' or '.join(QUANTIZED_TYPES)}"),
+        rollback_floor=None,
+        rollback_reason="every request is submitted whole: a shorter prefix is recomputed from the prefix cache",
+        notes=notes,
+    )
+
+
+def model_info(vocab: LoadedModel, profile: Profile, backend_version: str, converted_note: str) -> ModelInfo:
+    facts = vocab.facts
+    options = options_of(profile)
+    capabilities = _stateful_capabilities(profile) if options.pipeline == "stateful" else _paged_capabilities(profile)
+    capabilities.notes["model"] = converted_note
+    limits = [
+        ContextLimit("trained", facts.context_length,
+                     f"the model was trained for {facts.context_length} tokens (GGUF {facts.architecture}.context_length)"),
+        ContextLimit("n_ctx", profile.n_ctx, f"profile {profile.name!r} holds at most {profile.n_ctx} tokens"),
+    ]
+    if options.pipeline == "paged" and options.num_kv_blocks:
+        limits.append(ContextLimit("kv_blocks", options.num_kv_blocks * BLOCK_TOKENS,
+                                   f"{options.num_kv_blocks} cache blocks of {BLOCK_TOKENS} tokens"))
+    return ModelInfo(
+        facts=facts,
+        backend="openvino",
+        backend_version=backend_version,
+        identity=session_identity("openvino", backend_version, facts, kv_settings(profile),
+                                  profile.residency.identity_key),
+        device=DEVICE.lower(),
+        n_ctx=profile.n_ctx,
+        capabilities=capabilities,
+        limits=tuple(limits),
+    )

@@ -1,0 +1,241 @@
+"""An OpenVINO session on openvino-genai's ContinuousBatchingPipeline: PagedAttention over
+32-token cache blocks, with the pipeline's own prefix caching, cache eviction and sparse
+prefill.
+
+The pipeline owns its cache: effctx submits the whole tape as one request and steps the
+scheduler (one step = one prefill chunk of n_batch tokens, or one generated token). A
+prefill is a request for one new token, which is dropped: what remains is the blocks the
+prefix cache keeps for the next request. Nothing can be cut, shifted, saved or loaded,
+and which blocks the pipeline keeps is not observable: residency here is modeled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Generator, Sequence
+
+import numpy as np
+import openvino as ov
+import openvino_genai as genai
+
+from effctx_core.backends.llama.runtime import LoadedModel
+from effctx_core.backends.openvino.convert import ConvertedModel
+from effctx_core.backends.openvino.info import model_info
+from effctx_core.backends.openvino.runtime import DEVICE, first_line, plugin_config, stop_token_ids
+from effctx_core.backends.openvino.settings import BLOCK_TOKENS, OpenVINOOptions, options_of
+from effctx_core.backends.tape_session import TapeSession, check_trained_context, ms_since
+from effctx_core.contract import (
+    ContextReport,
+    DecodeConfig,
+    PrefillProgress,
+    ProgressSink,
+    RuntimeCounts,
+    SessionSnapshot,
+    TokenChunk,
+)
+from effctx_core.errors import EffctxError, UnsupportedFeatureError
+
+if TYPE_CHECKING:
+    from effctx_core.profiles import Profile
+
+_AGGREGATION = {"sum": genai.AggregationMode.SUM, "norm_sum": genai.AggregationMode.NORM_SUM}
+_SPARSE = {"trishape": genai.SparseAttentionMode.TRISHAPE, "xattention": genai.SparseAttentionMode.XATTENTION}
+_RUNNING = genai.GenerationStatus.RUNNING
+
+
+def scheduler_config(profile: Profile, options: OpenVINOOptions) -> genai.SchedulerConfig:
+    config = genai.SchedulerConfig()
+    if options.cache_size:
+        config.cache_size = options.cache_size
+    else:
+        # One block more than n_ctx needs: the generated token's block.
+        config.num_kv_blocks = options.num_kv_blocks or -(-profile.n_ctx // BLOCK_TOKENS) + 1
+        config.cache_size = 0
+    config.enable_prefix_caching = options.enable_prefix_caching
+    # One scheduler step prefills at most n_batch tokens: the chunk progress is reported by.
+    config.max_num_batched_tokens = profile.n_batch
+    config.dynamic_split_fuse = True
+    config.max_num_seqs = 1
+    if options.evicts:
+        config.use_cache_eviction = True
+        config.cache_eviction_config = genai.CacheEvictionConfig(
+            options.start_size, options.recent_size, options.max_cache_size, _AGGREGATION[options.aggregation_mode])
+    if options.sparse_prefill != "none":
+        config.use_sparse_attention = True
+        sparse = genai.SparseAttentionConfig()
+        sparse.mode = _SPARSE[options.sparse_prefill]
+        config.sparse_attention_config = sparse
+    return config
+
+
+class OpenVINOPagedSession(TapeSession):
+    def __init__(self, vocab: LoadedModel, ir: ConvertedModel, profile: Profile, backend_version: str):
+        check_trained_context(profile.n_ctx, vocab.facts.context_length)
+        super().__init__(vocab, profile.n_ctx)
+        options = options_of(profile)
+        self._n_batch = profile.n_batch
+        try:
+            self._pipeline = genai.ContinuousBatchingPipeline(
+                str(ir.path), scheduler_config(profile, options), DEVICE, plugin_config(profile, options))
+        except RuntimeError as exc:
+            raise EffctxError(f"openvino-genai could not open {ir.path}: {first_line(exc)}") from None
+        self._stop_ids = stop_token_ids(vocab)
+        self._request_ids = itertools.count()
+        self._last_request: RuntimeCounts | None = None
+        self._info = model_info(vocab, profile, backend_version,
+                                f"converted IR {ir.path} ({ir.manifest['weights']}), openvino-genai paged pipeline")
+        self.identity = self._info.identity
+
+    def rollback_limit(self) -> int:
+        return 0
+
+    def _generation_config(self, max_new_tokens: int, decode: DecodeConfig | None = None) -> genai.GenerationConfig:
+        config = genai.GenerationConfig()
+        config.max_new_tokens = max_new_tokens
+        config.stop_token_ids = self._stop_ids
+        if decode is not None and not decode.greedy:
+            config.do_sample = True
+            config.temperature = decode.temperature
+            config.top_p = decode.top_p
+            if decode.seed is not None:
+                config.rng_seed = decode.seed
+        return config
+
+    def _submit(self, tokens: Sequence[int], config: genai.GenerationConfig) -> Any:
+        ids = ov.Tensor(np.asarray([tokens], dtype=np.int64))
+        try:
+            return self._pipeline.add_request(next(self._request_ids), ids, config)
+        except RuntimeError as exc:
+            raise self._poison(f"openvino-genai refused the request: {first_line(exc)}") from None
+
+    def _step(self) -> float:
+        t0 = time.perf_counter_ns()
+        try:
+            self._pipeline.step()
+        except RuntimeError as exc:
+            raise self._poison(f"openvino-genai failed a step: {first_line(exc)}") from None
+        return ms_since(t0)
+
+    def _finish(self, handle: Any) -> None:
+        """Let go of a request that is still running: cancelled, then stepped until the
+        scheduler has freed its blocks."""
+        if handle.get_status() == _RUNNING:
+            handle.cancel()
+            while self._pipeline.has_non_finished_requests():
+                self._step()
+
+    def _record(self, handle: Any, counted_input: int, counted_generated: int) -> None:
+        metrics = handle.get_perf_metrics()
+        self._last_request = RuntimeCounts(
+            input_tokens=int(metrics.get_num_input_tokens()),
+            generated_tokens=int(metrics.get_num_generated_tokens()),
+            counted_input_tokens=counted_input,
+            counted_generated_tokens=counted_generated,
+            ttft_ms=float(metrics.get_ttft().mean),
+            tpot_ms=float(metrics.get_tpot().mean),
+        )
+
+    def explain(self) -> ContextReport:
+        return replace(super().explain(), runtime_counts=self._last_request)
+
+    # ------------------------------------------------------------------ the cache
+
+    def _append(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> float:
+        total = len(tokens)
+        start = len(self._resident)
+        whole = self._resident + [int(t) for t in tokens]
+        handle = self._submit(whole, self._generation_config(1))
+        elapsed, done = 0.0, 0
+        try:
+            while handle.get_status() == _RUNNING:
+                ms = self._step()
+                elapsed += ms
+                # A step prefills at most n_batch tokens; blocks the prefix cache already
+                # held are skipped, so the request may finish before `total`.
+                chunk = total - done if handle.get_status() != _RUNNING else min(self._n_batch, total - done)
+                done += chunk
+                if progress is not None and chunk:
+                    progress(PrefillProgress(stage, done, total, chunk, ms))
+        except BaseException:
+            self._finish(handle)
+            self._resident = whole[: start + done]
+            raise
+        self._record(handle, len(whole), 1)  # the one token a prefill request generates
+        self._resident = whole
+        self._logits_ok = True
+        return elapsed
+
+    def _truncate(self, keep: int) -> None:
+        # Nothing to cut: the next request is the shorter tape, and the prefix cache
+        # serves whatever blocks of it it still holds.
+        del self._resident[keep:]
+
+    def _refresh_logits(self) -> None:
+        self._logits_ok = True  # every request recomputes its last position
+
+    # ------------------------------------------------------------------ decoding
+
+    def decode(self, config: DecodeConfig) -> Generator[TokenChunk, None, None]:
+        """Stream the pipeline's tokens as its scheduler steps produce them; closing the
+        generator cancels the request, leaving the last token handed out pending."""
+        self._check_usable()
+        if not self._resident and not self._pending:
+            raise EffctxError("nothing to decode from: the session holds no tokens")
+        whole = self._resident + self._pending
+        room = self._n_ctx - len(whole)
+        n_emit = config.max_tokens if config.slide else min(config.max_tokens, max(room + len(self._pending), 1))
+        handle = self._submit(whole, self._generation_config(n_emit, config))
+        self._resident, self._pending = list(whole), []
+        text = self._vocabulary.text_decoder()
+        index, step_ms, decode_ms = 0, 0.0, 0.0
+        try:
+            while index < n_emit:
+                if not handle.can_read():
+                    if handle.get_status() != _RUNNING:
+                        break
+                    step_ms = self._step()
+                    continue
+                for output in handle.read().values():
+                    for token in output.generated_ids:
+                        t0 = time.perf_counter_ns()
+                        if self._pending:
+                            self._resident += self._pending
+                            self._stats["decode_calls"] += 1
+                            self._stats["decode_tokens"] += 1
+                        if self._vocabulary.is_eog(token):
+                            self._pending = []
+                            yield TokenChunk(token, text.flush(), index, step_ms + ms_since(t0), "eog")
+                            return
+                        self._pending = [int(token)]
+                        resident = len(self._resident)
+                        stop = self._stop_reason(index, config)
+                        piece = text.feed(token) + (text.flush() if stop else "")
+                        ms = step_ms + ms_since(t0)
+                        decode_ms += ms
+                        self._stats["decode_ms"] += ms
+                        step_ms = 0.0
+                        yield TokenChunk(int(token), piece, index, ms, stop)
+                        index += 1
+                        if stop:
+                            if resident < self._n_ctx:
+                                self._resident += self._pending
+                                self._pending = []
+                                self._stats["decode_calls"] += 1
+                                self._stats["decode_tokens"] += 1
+                            return
+        finally:
+            self._finish(handle)
+            self._record(handle, len(whole), index)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> SessionSnapshot:
+        raise UnsupportedFeatureError(self._info.capabilities.state_snapshot.reason)
+
+    def restore(self, snapshot: SessionSnapshot) -> None:
+        raise UnsupportedFeatureError(self._info.capabilities.state_snapshot.reason)
+
+    def close(self) -> None:
+        self._closed = True

@@ -1,0 +1,114 @@
+"""Process-wide OpenVINO plumbing: one Core, compiled models shared by sessions, the
+plugin configuration a profile asks for, and the converted IR a GGUF needs."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import openvino as ov
+
+from effctx_core.backends.llama.runtime import LoadedModel
+from effctx_core.backends.openvino.convert import ConvertedModel, cached_conversion, convert_gguf
+from effctx_core.backends.openvino.settings import OpenVINOOptions, options_of
+from effctx_core.errors import EffctxError, ModelFileError
+from effctx_core.models import ProgressFn
+
+if TYPE_CHECKING:
+    from effctx_core.profiles import Profile
+
+DEVICE = "CPU"
+
+_core: ov.Core | None = None
+_compiled: dict[tuple[str, tuple[tuple[str, str], ...]], ov.CompiledModel] = {}
+_lock = threading.Lock()
+
+
+def core() -> ov.Core:
+    global _core
+    with _lock:
+        if _core is None:
+            _core = ov.Core()
+        return _core
+
+
+def plugin_config(profile: Profile, options: OpenVINOOptions) -> dict[str, str]:
+    """The CPU plugin properties of a profile: threads, inference precision and the K and V
+    cache element types (set apart: KEY_ / VALUE_CACHE_PRECISION)."""
+    config = {
+        "INFERENCE_NUM_THREADS": str(profile.n_threads),
+        "KEY_CACHE_PRECISION": profile.kv_cache_type_k,
+        "VALUE_CACHE_PRECISION": profile.kv_cache_type_v,
+    }
+    if options.inference_precision != "auto":
+        config["INFERENCE_PRECISION_HINT"] = options.inference_precision
+    return config
+
+
+def compiled_model(xml: Path, config: dict[str, str]) -> ov.CompiledModel:
+    """The IR compiled once per process and configuration; each session makes its own
+    infer request (and with it its own cache) from it."""
+    key = (str(xml), tuple(sorted(config.items())))
+    with _lock:
+        found = _compiled.get(key)
+    if found is not None:
+        return found
+    try:
+        compiled = core().compile_model(str(xml), DEVICE, config)
+    except RuntimeError as exc:
+        raise EffctxError(f"OpenVINO could not compile {xml}: {first_line(exc)}") from None
+    with _lock:
+        _compiled[key] = compiled
+    return compiled
+
+
+def first_line(exc: BaseException) -> str:
+    """OpenVINO's exceptions quote a C++ stack of 'Exception from ...' lines: the cause is the
+    last line that says something."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith("Exception from")]
+    return (useful or lines or [type(exc).__name__])[-1]
+
+
+def converted(model_path: Path, profile: Profile, progress: ProgressFn | None = None,
+              convert: bool = True) -> ConvertedModel | None:
+    """The IR of the GGUF for this profile's weight format: from the cache, or converted now
+    (`convert`), or None when it is not there yet."""
+    weights = options_of(profile).weights
+    found = cached_conversion(Path(model_path), weights, progress)
+    if found is not None or not convert:
+        return found
+    return convert_gguf(Path(model_path), weights, progress)
+
+
+def check_ir(ir: ConvertedModel) -> None:
+    """A converted folder with its manifest but without weights (deleted, half copied) is
+    one line, before OpenVINO reads it."""
+    bin_file = ir.xml.with_suffix(".bin")
+    if not bin_file.is_file():
+        raise ModelFileError(f"the converted model {ir.path} has no {bin_file.name}: run effctx model convert --to openvino")
+
+
+def infer_inputs(ids: Any, past: int) -> dict[str, Any]:
+    """The stateful IR's inputs for `ids` appended to `past` cached tokens."""
+    n = len(ids)
+    return {
+        "input_ids": np.asarray(ids, dtype=np.int64).reshape(1, n),
+        "attention_mask": np.ones((1, past + n), dtype=np.int64),
+        "position_ids": np.arange(past, past + n, dtype=np.int64).reshape(1, n),
+        "beam_idx": np.zeros(1, dtype=np.int32),
+    }
+
+
+_stop_ids: dict[str, frozenset[int]] = {}
+
+
+def stop_token_ids(vocab: LoadedModel) -> frozenset[int]:
+    """Every id llama.cpp's vocabulary ends a turn with (for Gemma 3: <eos> and
+    <end_of_turn>), which openvino-genai must stop at; found once per model."""
+    key = str(vocab.path)
+    if key not in _stop_ids:
+        _stop_ids[key] = frozenset(i for i in range(vocab.n_vocab) if vocab.is_eog(i))
+    return _stop_ids[key]

@@ -1,0 +1,144 @@
+"""The OpenVINO backend beyond the conformance suite: its profile table, the conversion on
+first use, exact snapshots of the stateful cache, the paged cache's size, the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_gguf import write_tiny_llama_gguf
+
+from effctx_core.backends.openvino.backend import OpenVINOBackend
+from effctx_core.backends.openvino.capacity import block_bytes
+from effctx_core.backends.openvino.paged import OpenVINOPagedSession
+from effctx_core.backends.openvino.runtime import converted
+from effctx_core.contract import DecodeConfig
+from effctx_core.errors import ModelFileError
+from effctx_core.profiles import Profile, ProfileError, load_profile, profile_from_toml
+
+EFFCTX = str(Path(sys.executable).with_name("effctx"))
+BACKEND = OpenVINOBackend()
+OV = 'backend = "openvino"\n'
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return write_tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+def ov_profile(**options: object) -> Profile:
+    return Profile(name="t", backend="openvino", n_ctx=256, n_batch=64, options=tuple(sorted(options.items())))
+
+
+@pytest.mark.parametrize("toml, message", [
+    ('[openvino]\npipeline = "paged"', "[openvino] settings on a llama profile (set backend = 'openvino' or remove the table)"),
+    (OV + "flash_attn = true", "flash_attn is a setting the openvino backend does not read"),
+    (OV + 'kv_cache_type_k = "q8_0"', "unknown KV cache type 'q8_0' for K on openvino (known: f32, f16, bf16, u8, u4)"),
+    (OV + "[openvino]\nnum_kv_blocks = 64",
+     "openvino.num_kv_blocks configure the paged pipeline's scheduler; set openvino.pipeline = \"paged\" to use them"),
+    (OV + 'kv_cache_type_v = "u4"', "a u4 cache crashes OpenVINO 2026.4's stateful path (segmentation fault at the "
+                                    "first request, measured); use u8, or openvino.pipeline = \"paged\""),
+    (OV + '[openvino]\npipeline = "paged"\nstart_size = 32\nrecent_size = 100\nmax_cache_size = 512',
+     "openvino.recent_size 100 must be a multiple of 32 (openvino-genai evicts whole 32-token blocks)"),
+    (OV + '[openvino]\npipeline = "paged"\nenable_prefix_caching = true\nstart_size = 32\nrecent_size = 64\n'
+          'max_cache_size = 256',
+     "openvino.enable_prefix_caching together with eviction leaks cache blocks in openvino-genai 2026.4 "
+     "(\"BlockAllocator leaked blocks\"); use one or the other"),
+    (OV + 'kv_cache_type_k = "u8"\n[openvino]\npipeline = "paged"',
+     "the paged pipeline quantizes K and V together or not at all "
+     "(openvino-genai: \"key_cache_type u8 with value_cache_type f16 is not support\")"),
+    (OV + 'kv_cache_type_k = "f32"\nkv_cache_type_v = "f32"\n[openvino]\npipeline = "paged"',
+     "the paged pipeline's CPU cache takes f16, bf16, u8 or u4, not f32"),
+    (OV + '[openvino]\npipeline = "gpu"', "openvino.pipeline 'gpu' is not one of stateful, paged"),
+    (OV + "[openvino]\nprefix = true", "unknown key openvino.prefix (known: pipeline, weights, inference_precision, "
+                                       "num_kv_blocks, cache_size, enable_prefix_caching, start_size, recent_size, "
+                                       "max_cache_size, aggregation_mode, sparse_prefill)"),
+    (OV + "[openvino]\nnum_kv_blocks = true", "openvino.num_kv_blocks must be int, not bool"),
+])
+def test_invalid_openvino_profiles_are_refused_with_the_reason(toml, message):
+    with pytest.raises(ProfileError) as err:
+        profile_from_toml(toml, "bad", "profile 'bad'")
+    assert str(err.value) == f"profile 'bad': {message}"
+
+
+def test_the_built_in_openvino_profiles_are_valid():
+    exact, cache, evict = (load_profile(n) for n in ("ov-exact", "ov-prefix-cache", "ov-evict"))
+    assert (exact.backend, exact.option("pipeline", None), exact.kv_cache_type_k) == ("openvino", "stateful", "f16")
+    assert (cache.option("pipeline", None), cache.option("enable_prefix_caching", None)) == ("paged", True)
+    assert (evict.option("max_cache_size", None), evict.option("start_size", None)) == (1024, 32)
+
+
+def test_describe_converts_nothing_and_says_what_the_first_open_costs(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    profile = ov_profile()
+    info = BACKEND.describe(tiny, profile)
+    assert info.capabilities.notes["model"].startswith("not converted yet: the first open converts the GGUF")
+    assert not (tmp_path / "data" / "effctx" / "openvino").exists()
+    assert BACKEND.pending_preparation(tiny, profile) is not None
+    stages = []
+    BACKEND.prepare(tiny, profile, lambda stage, done, total: stages.append(stage))
+    assert "writing the IR" in stages and BACKEND.pending_preparation(tiny, profile) is None
+
+
+def test_a_converted_model_without_its_weights_is_one_line(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    profile = ov_profile()
+    ir = converted(tiny, profile)
+    assert ir is not None
+    ir.xml.with_suffix(".bin").unlink()
+    with pytest.raises(ModelFileError, match="has no openvino_model.bin: run effctx model convert --to openvino"):
+        BACKEND.open(tiny, profile)
+
+
+def test_a_restored_f16_state_gives_the_very_logits_of_the_original(tiny):
+    session = BACKEND.open(tiny, ov_profile())
+    try:
+        session.ensure_prefix(session.tokenize("one two three four five six seven", True))
+        snap = session.snapshot()
+        first = [c.token for c in session.decode(DecodeConfig(max_tokens=8))]
+        logits_after = session._logits.copy()
+        session.restore(snap)
+        assert [c.token for c in session.decode(DecodeConfig(max_tokens=8))] == first
+        assert np.array_equal(session._logits, logits_after)
+        # f16 in the cache, f16 in the snapshot: 2 bytes per element, not query_state's 4
+        facts = session.info.facts
+        elements = facts.n_layers * facts.n_head_kv * (facts.head_dim_k + facts.head_dim_v) * snap.n_tokens
+        assert 2 * elements <= len(snap.state) < 2 * elements + 16_384
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("kind", ["u8", "f16"])
+def test_the_paged_cache_size_is_the_modeled_one(tiny, kind):
+    session = BACKEND.open(tiny, ov_profile(pipeline="paged", num_kv_blocks=16).with_changes(
+        kv_cache_type_k=kind, kv_cache_type_v=kind))
+    try:
+        assert isinstance(session, OpenVINOPagedSession)
+        session.ensure_prefix(session.tokenize("the cache is allocated at the first request", True))
+        measured = session._pipeline.get_metrics().kv_cache_size_in_bytes
+        assert measured == 16 * block_bytes(session.info, kind, kind)
+    finally:
+        session.close()
+
+
+def test_run_on_an_openvino_profile_answers_on_the_command_line(tiny):
+    out = subprocess.run([EFFCTX, "run", "--profile", "ov-exact", "--model", str(tiny), "--n-ctx", "256",
+                          "--max-tokens", "4", "--prompt", "Hello", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    tokens = json.loads(out.stdout)["tokens"]
+    assert (tokens["prefilled"], tokens["resident"], tokens["n_ctx"]) == (2, 2 + tokens["generated"], 256)
+
+
+def test_bench_ttft_reports_each_profile_with_the_answer_beside(tiny):
+    out = subprocess.run([EFFCTX, "bench", "ttft", "--profile", "ov-exact,ov-prefix-cache", "--model", str(tiny),
+                          "--n-ctx", "512", "--lengths", "128", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    exact, paged = json.loads(out.stdout)
+    assert (exact["profile"], paged["profile"]) == ("ov-exact", "ov-prefix-cache")
+    assert exact["cold"]["prefilled"] == exact["prompt_tokens"] and isinstance(exact["cold"]["found"], bool)
+    assert exact["warm_snapshot"]["reused"] > 0 and "restored" in exact["snapshot_note"]
+    assert paged["warm_snapshot"] is None and "no KV state API" in paged["snapshot_note"]
