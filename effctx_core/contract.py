@@ -302,6 +302,19 @@ class TurnResult:
 
 
 @dataclass(frozen=True)
+class RuntimeEviction:
+    """A runtime that evicts cache blocks by itself and says only how it is configured:
+    it keeps the first `start_tokens` and the last `recent_tokens` within `max_tokens`,
+    in blocks of `block_tokens`. Which middle blocks it keeps is not observable."""
+
+    name: str  # what does it, e.g. "openvino-genai cache eviction"
+    start_tokens: int
+    recent_tokens: int
+    max_tokens: int
+    block_tokens: int
+
+
+@dataclass(frozen=True)
 class PrefillProgress:
     """Reported after each prefill chunk."""
 
@@ -378,6 +391,11 @@ class Backend(Protocol):
 
     def open(self, model_path: Path, profile: Profile) -> Session: ...
 
+    def runtime_eviction(self, profile: Profile) -> RuntimeEviction | None:
+        """How the runtime evicts by itself under this profile, or None when it keeps
+        everything it is given: the residency map is then modeled from it."""
+        ...
+
     def check_policy(self, info: ModelInfo, policy: str) -> None:
         """Raise UnsupportedFeatureError if this backend's executor cannot carry out the
         residency policy on a session described by `info`."""
@@ -387,7 +405,8 @@ class Backend(Protocol):
 
     def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
         """The KV layout of this context and what `memory_bytes` of cache buys per K/V
-        type pair, as JSON-ready data with `layer_profile` and `capacity` keys."""
+        type pair, as JSON-ready data with `layer_profile` and `capacity` keys, and `text`:
+        the lines `effctx info` prints of it."""
         ...
 
     def baseline(self, model_path: Path, profile: Profile) -> "Baseline":

@@ -119,6 +119,7 @@ def test_the_paged_cache_size_is_the_modeled_one(tiny, kind):
     try:
         assert isinstance(session, OpenVINOPagedSession)
         session.ensure_prefix(session.tokenize("the cache is allocated at the first request", True))
+        list(session.decode(DecodeConfig(max_tokens=1)))
         measured = session._pipeline.get_metrics().kv_cache_size_in_bytes
         assert measured == 16 * block_bytes(session.info, kind, kind)
     finally:
@@ -142,3 +143,11 @@ def test_bench_ttft_reports_each_profile_with_the_answer_beside(tiny):
     assert exact["cold"]["prefilled"] == exact["prompt_tokens"] and isinstance(exact["cold"]["found"], bool)
     assert exact["warm_snapshot"]["reused"] > 0 and "restored" in exact["snapshot_note"]
     assert paged["warm_snapshot"] is None and "no KV state API" in paged["snapshot_note"]
+
+
+def test_info_on_an_openvino_profile_prints_the_paged_block_size(tiny):
+    out = subprocess.run([EFFCTX, "info", "--profile", "ov-prefix-cache", "--model", str(tiny), "--n-ctx", "512"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    info = BACKEND.describe(tiny, load_profile("ov-prefix-cache").with_changes(n_ctx=512))
+    assert f"KV cache     u8/u8: {block_bytes(info, 'u8', 'u8'):,} B per 32-token block" in out.stdout

@@ -126,7 +126,6 @@ def ttft_table(rows: Sequence[TTFTRow]) -> str:
         lines.append(f"{r.profile:17}{r.prompt_tokens:>7}{cell(r.cold)}{cell(r.warm_runtime)}{cell(r.warm_snapshot)}"
                      f"{r.cold.decode_tps:>14.1f}")
     lines.append("ok / MISS: the passkey answer of that run holds the key (quality beside every time)")
-    for r in rows:
-        if r.warm_snapshot is None:
-            lines.append(f"{r.profile}: no snapshot figure: {r.snapshot_note}")
+    notes = {f"{r.profile}: no snapshot figure: {r.snapshot_note}": None for r in rows if r.warm_snapshot is None}
+    lines += list(notes)
     return "\n".join(lines)

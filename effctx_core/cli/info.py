@@ -61,7 +61,7 @@ def info_dict(info: ModelInfo) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from effctx_core.backends.registry import get_backend
-    from effctx_core.units import format_bytes, parse_memory
+    from effctx_core.units import parse_memory
 
     memory = parse_memory(args.memory)
     profile = profile_from_args(args)
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     data["n_batch"] = profile.n_batch
     data["profile"] = profile_dict(profile)
     data.update(backend.capacity_report(info, profile, memory))
+    text = data.pop("text")
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -97,18 +98,6 @@ def run(args: argparse.Namespace) -> int:
     print("context limits")
     for lim in data["limits"]:
         print(f"  {lim['name']:10} {lim['tokens']:>7} tokens  {lim['reason']}")
-    lp = data["layer_profile"]
-    print(f"KV cache     {profile.kv_cache_type_k}/{profile.kv_cache_type_v}: K {lp['k_bytes_per_token_layer']} + "
-          f"V {lp['v_bytes_per_token_layer']} B per token per layer; {len(lp['global_layers'])} global + "
-          f"{len(lp['swa_layers'])} windowed layers; {format_bytes(lp['cache_bytes'])} allocated at n_ctx {lp['n_ctx']}"
-          f"{'' if profile.swa_full else ' (windowed layers capped)'}")
-    print(f"capacity for {format_bytes(memory)} (swa_full {'on' if profile.swa_full else 'off'}; "
-          "every K/V pair is in --json)")
-    print(f"  {'K/V':14}{'B/token':>10}{'max hot tokens':>16}  bound by")
-    for row in data["capacity"]["rows"]:
-        if row["kv_cache_type_k"] != row["kv_cache_type_v"]:
-            continue
-        pair = f"{row['kv_cache_type_k']}/{row['kv_cache_type_v']}" + ("*" if row["needs_flash_attn"] else "")
-        print(f"  {pair:14}{row['bytes_per_token'] or 0:>10.0f}{row['max_hot_tokens']:>16}  {row['reason']}")
-    print("  * needs flash attention")
+    for line in text:
+        print(line)
     return 0

@@ -32,7 +32,8 @@ class RunningCell:
         try:
             info = session.info
             check_cell(backend, info, profile.residency)
-            tracker = ResidencyTracker(profile.residency, profile.budget_tokens, planner_caps(info.capabilities))
+            tracker = ResidencyTracker(profile.residency, profile.budget_tokens, planner_caps(info.capabilities),
+                                       backend.runtime_eviction(profile))
             executor = backend.residency_executor(session)
         except EffctxError:
             session.close()

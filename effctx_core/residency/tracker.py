@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from effctx_core.contract import RuntimeEviction
 from effctx_core.residency.blocks import BlockClass, BlockTable, Reason, Segment
 from effctx_core.residency.config import ResidencyConfig
+from effctx_core.residency.modeled import modeled_table
 from effctx_core.residency.planners import PlannerCaps, planner_for
-from effctx_core.residency.report import OBSERVED, ResidencyReport
+from effctx_core.residency.report import MODELED, OBSERVED, ResidencyReport
 
 
 @dataclass(frozen=True)
@@ -26,11 +28,15 @@ class SegmentRun:
 
 
 class ResidencyTracker:
-    def __init__(self, config: ResidencyConfig, budget: int, caps: PlannerCaps):
+    def __init__(self, config: ResidencyConfig, budget: int, caps: PlannerCaps,
+                 runtime_eviction: RuntimeEviction | None = None):
         self.config = config
         self.budget = budget
         self.caps = caps
         self.planner = planner_for(config, caps)
+        # The runtime evicts by itself: the tape is tracked as given, and every view of it
+        # is the map modeled from the runtime's settings.
+        self.runtime_eviction = runtime_eviction
         self._segments: list[SegmentRun] = []
         self._table = BlockTable.empty()
         # The UI thread reads the table while a worker thread changes it.
@@ -38,7 +44,7 @@ class ResidencyTracker:
 
     @property
     def policy(self) -> str:
-        return self.planner.name
+        return self.planner.name if self.runtime_eviction is None else self.runtime_eviction.name
 
     @property
     def evicts(self) -> bool:
@@ -110,9 +116,19 @@ class ResidencyTracker:
     def n_tokens(self) -> int:
         return self._table.n_tokens
 
+    def _view(self) -> BlockTable:
+        """The table every view shows: as tracked, or as modeled from the runtime's eviction."""
+        if self.runtime_eviction is not None:
+            return modeled_table(self._table, self.runtime_eviction)
+        return self._table
+
     def table(self) -> BlockTable:
         with self._lock:
-            return self._table.copy()
+            return self._view().copy()
+
+    @property
+    def source(self) -> str:
+        return OBSERVED if self.runtime_eviction is None else MODELED
 
     def plan(self, extra_tokens: int = 0) -> BlockTable | None:
         """The policy's plan if `extra_tokens` more were appended now, or None when the
@@ -162,12 +178,14 @@ class ResidencyTracker:
         return arr[keep].tolist()
 
     def is_resident(self, start: int, end: int) -> bool:
-        t = self._table
+        t = self._view()
         overlap = (t.start < end) & (t.end > start)
         return bool(overlap.any() and t.resident_mask()[overlap].all())
 
     def report(self) -> ResidencyReport:
         with self._lock:
+            if self.runtime_eviction is not None:
+                return ResidencyReport.from_table(self._view(), self.policy, MODELED, self.runtime_eviction.max_tokens)
             return ResidencyReport.from_table(self._table, self.policy, OBSERVED, self.budget)
 
 

@@ -237,7 +237,8 @@ class SessionScreen(Screen):
         tracker = engine.residency
         # A replay's tracker only holds the recorded classes; the policy is the recorded one.
         policy = getattr(engine, "policy", tracker.policy)
-        self._residency_screen = ResidencyScreen(tracker.table(), policy, source=OBSERVED, budget=tracker.budget,
+        source = getattr(tracker, "source", OBSERVED)  # a replay's tracker holds what was observed
+        self._residency_screen = ResidencyScreen(tracker.table(), policy, source=source, budget=tracker.budget,
                                                  steering=self._budget_steering(engine, policy))
         self.app.push_screen(self._residency_screen)
 

@@ -11,7 +11,7 @@ from effctx_core.backends.llama.executor import LlamaResidencyExecutor, check_po
 from effctx_core.backends.llama.gguf_facts import check_gguf_file
 from effctx_core.backends.llama.runtime import load_model
 from effctx_core.backends.llama.session import LlamaSession
-from effctx_core.contract import Baseline, ModelInfo, Session
+from effctx_core.contract import Baseline, ModelInfo, RuntimeEviction, Session
 from effctx_core.models import ProgressFn
 
 if TYPE_CHECKING:
@@ -43,6 +43,9 @@ class LlamaBackend:
             return session.info
         finally:
             session.close()
+
+    def runtime_eviction(self, profile: Profile) -> RuntimeEviction | None:
+        return None  # llama.cpp evicts nothing by itself: effctx's executor does it
 
     def check_policy(self, info: ModelInfo, policy: str) -> None:
         check_policy(info.capabilities, policy)

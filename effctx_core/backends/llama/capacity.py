@@ -239,10 +239,31 @@ def layer_profile_dict(profile: LayerKVProfile) -> dict:
     }
 
 
+def capacity_lines(report: dict, profile: Profile) -> list[str]:
+    """The report as `effctx info` prints it."""
+    lp, memory = report["layer_profile"], report["capacity"]["memory_bytes"]
+    lines = [
+        f"KV cache     {profile.kv_cache_type_k}/{profile.kv_cache_type_v}: K {lp['k_bytes_per_token_layer']} + "
+        f"V {lp['v_bytes_per_token_layer']} B per token per layer; {len(lp['global_layers'])} global + "
+        f"{len(lp['swa_layers'])} windowed layers; {format_bytes(lp['cache_bytes'])} allocated at n_ctx {lp['n_ctx']}"
+        f"{'' if profile.swa_full else ' (windowed layers capped)'}",
+        f"capacity for {format_bytes(memory)} (swa_full {'on' if profile.swa_full else 'off'}; "
+        "every K/V pair is in --json)",
+        f"  {'K/V':14}{'B/token':>10}{'max hot tokens':>16}  bound by",
+    ]
+    for row in report["capacity"]["rows"]:
+        if row["kv_cache_type_k"] != row["kv_cache_type_v"]:
+            continue
+        pair = f"{row['kv_cache_type_k']}/{row['kv_cache_type_v']}" + ("*" if row["needs_flash_attn"] else "")
+        lines.append(f"  {pair:14}{row['bytes_per_token'] or 0:>10.0f}{row['max_hot_tokens']:>16}  {row['reason']}")
+    lines.append("  * needs flash attention")
+    return lines
+
+
 def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
     """`effctx info`'s layer profile and capacity table for a llama.cpp context."""
     layers = LayerKVProfile.from_facts(info.facts, profile.kv_cache_type_k, profile.kv_cache_type_v)
-    return {
+    report = {
         "layer_profile": {
             **layer_profile_dict(layers),
             "cache_bytes": layers.cache_bytes(info.n_ctx, profile.n_batch, profile.swa_full).total,
@@ -256,3 +277,4 @@ def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> dic
             "rows": capacity_table(info.facts, memory_bytes, None, profile.swa_full, profile.n_batch),
         },
     }
+    return {**report, "text": capacity_lines(report, profile)}

@@ -16,8 +16,8 @@ from effctx_core.backends.llama.gguf_facts import check_gguf_file
 from effctx_core.backends.llama.runtime import load_model
 from effctx_core.backends.openvino.info import model_info
 from effctx_core.backends.openvino.runtime import check_ir, converted
-from effctx_core.backends.openvino.settings import options_of
-from effctx_core.contract import Baseline, ModelInfo, RangeAction, Session
+from effctx_core.backends.openvino.settings import BLOCK_TOKENS, options_of
+from effctx_core.contract import Baseline, ModelInfo, RangeAction, RuntimeEviction, Session
 from effctx_core.errors import UnsupportedFeatureError
 from effctx_core.models import ProgressFn
 
@@ -75,6 +75,13 @@ class OpenVINOBackend:
         pending = self.pending_preparation(model_path, profile)
         return model_info(vocab, profile, self.version(), f"not converted yet: the first open {pending}" if pending
                           else "converted IR in the cache")
+
+    def runtime_eviction(self, profile: Profile) -> RuntimeEviction | None:
+        options = options_of(profile)
+        if options.pipeline != "paged" or not options.evicts:
+            return None
+        return RuntimeEviction("openvino-genai eviction", options.start_size, options.recent_size,
+                               options.max_cache_size, BLOCK_TOKENS)
 
     def check_policy(self, info: ModelInfo, policy: str) -> None:
         check_policy(info.capabilities, policy)

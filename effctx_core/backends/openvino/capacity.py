@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, KV_CACHE_TYPES
 from effctx_core.contract import ModelInfo
+from effctx_core.units import format_bytes
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
@@ -43,7 +44,7 @@ def block_bytes(info: ModelInfo, kind_k: str, kind_v: str) -> int | None:
 
 def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
     facts = info.facts
-    rows = []
+    rows: list[dict] = []
     for kind_k in KV_CACHE_TYPES:
         for kind_v in KV_CACHE_TYPES:
             per_block = block_bytes(info, kind_k, kind_v)
@@ -52,7 +53,16 @@ def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> dic
                 "tokens": None if per_block is None else memory_bytes // per_block * BLOCK_TOKENS,
                 "needs_flash_attn": False, "modeled": per_block is not None,
             })
+    own = block_bytes(info, profile.kv_cache_type_k, profile.kv_cache_type_v)
+    text = [f"KV cache     {profile.kv_cache_type_k}/{profile.kv_cache_type_v}: "
+            + (f"{own:,} B per {BLOCK_TOKENS}-token block over {facts.n_layers} layers (paged layout; every layer "
+               "keeps every position)" if own else "u4 block size not modeled (openvino-genai reports it when it runs)"),
+            f"capacity for {format_bytes(memory_bytes)}: every K/V pair is in --json",
+            f"  {'K/V':14}{'B/block':>10}{'tokens':>10}"]
+    text += [f"  {r['kv_cache_type_k'] + '/' + r['kv_cache_type_v']:14}{r['bytes_per_block'] or 0:>10}{r['tokens'] or 0:>10}"
+             for r in rows if r["kv_cache_type_k"] == r["kv_cache_type_v"] and r["modeled"]]
     return {
+        "text": text,
         "layer_profile": {
             "layers": facts.n_layers, "kv_heads": facts.n_head_kv, "head_dim_k": facts.head_dim_k,
             "head_dim_v": facts.head_dim_v, "block_tokens": BLOCK_TOKENS,
@@ -61,5 +71,5 @@ def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> dic
             "sliding_window_layers_hold": "every position",
             "bytes_per_block": block_bytes(info, profile.kv_cache_type_k, profile.kv_cache_type_v),
         },
-        "capacity": rows,
+        "capacity": {"memory_bytes": memory_bytes, "rows": rows},
     }

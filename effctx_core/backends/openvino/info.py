@@ -45,6 +45,9 @@ def _paged_capabilities(profile: Profile) -> Capabilities:
     restore = ("openvino-genai has no KV state API: a restore recomputes the tape"
                + (" (its prefix cache may serve the blocks it still holds)" if options.enable_prefix_caching else ""))
     notes = {"residency": "modeled: openvino-genai reports cache usage, not which blocks it kept"}
+    if not options.enable_prefix_caching:
+        notes["prefill"] = ("without prefix caching nothing outlives a request: a prefill queues its tokens and the "
+                            "request that decodes computes them (its time to first token carries the cost)")
     if options.evicts:
         notes["eviction"] = (f"openvino-genai keeps {options.start_size} start and {options.recent_size} recent "
                              f"tokens within {options.max_cache_size} ({options.aggregation_mode} scores)")

@@ -76,6 +76,7 @@ class OpenVINOPagedSession(TapeSession):
         super().__init__(vocab, profile.n_ctx)
         options = options_of(profile)
         self._n_batch = profile.n_batch
+        self._prefix_caching = options.enable_prefix_caching
         try:
             self._pipeline = genai.ContinuousBatchingPipeline(
                 str(ir.path), scheduler_config(profile, options), DEVICE, plugin_config(profile, options))
@@ -145,6 +146,15 @@ class OpenVINOPagedSession(TapeSession):
     def _append(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> float:
         total = len(tokens)
         start = len(self._resident)
+        if not self._prefix_caching:
+            # Nothing outlives a request: a prefill now would be computed again by the
+            # next one. The tokens join the tape, and the request that decodes from them
+            # computes them once (its time to first token carries the cost).
+            self._resident += [int(t) for t in tokens]
+            self._logits_ok = True
+            if progress is not None:
+                progress(PrefillProgress(stage, total, total, total, 0.0))
+            return 0.0
         whole = self._resident + [int(t) for t in tokens]
         handle = self._submit(whole, self._generation_config(1))
         elapsed, done = 0.0, 0
