@@ -96,3 +96,31 @@ async def test_a_conversation_swaps_llama_to_openvino_to_llama_with_its_tape(def
         await wait_for(pilot, lambda: len(cells.cells) > 0)
         await _swap_to(pilot, cells, "exact")
         assert (app.engine.info.backend, app.engine.tape) == ("llama", longer)
+
+
+async def test_a_cell_that_must_convert_first_says_what_it_costs_and_waits_for_a_second_enter(tmp_path, monkeypatch):
+    from tiny_gguf import write_tiny_llama_gguf
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # nothing converted yet
+    # trained for 8192 tokens: the built-in profiles hold 4096
+    tiny = write_tiny_llama_gguf(tmp_path / "tiny.gguf", n_ctx_train=8192)
+    app = EffctxApp(model=tiny, max_tokens=2, checkpoints=None)
+    async with app.run_test(size=(140, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        await pilot.press(*"Hello", "enter")
+        await wait_for(pilot, lambda: screen.turns_done == 1)
+        tape = app.engine.tape
+        await pilot.press("ctrl+o")
+        cells = app.screen
+        await wait_for(pilot, lambda: len(cells.cells) > 0)
+        cell = next(c for c in cells.cells if c.profile == "ov-exact")
+        assert cell.preparation is not None and cell.preparation.startswith("converts the GGUF to OpenVINO IR first")
+        cells.query_one(DataTable).move_cursor(row=cells.cells.index(cell))
+        await pilot.press("enter")
+        note = cells.query_one("#cells-note", Static)
+        assert str(note.render()).startswith("ov-exact: the first use converts the GGUF")
+        assert app.engine.profile.name == "exact" and not cells.swapping  # nothing started yet
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.engine.profile.name == "ov-exact" and not cells.swapping)
+        assert app.engine.tape == tape and (tmp_path / "data" / "effctx" / "openvino").is_dir()
