@@ -23,7 +23,7 @@ import openvino_genai as genai
 from effctx_core.backends.llama.runtime import LoadedModel
 from effctx_core.backends.openvino.convert import ConvertedModel
 from effctx_core.backends.openvino.info import model_info
-from effctx_core.backends.openvino.runtime import DEVICE, first_line, plugin_config, stop_token_ids
+from effctx_core.backends.openvino.runtime import DEVICE, first_line, plugin_config
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, OpenVINOOptions, options_of
 from effctx_core.backends.tape_session import TapeSession, check_trained_context, ms_since
 from effctx_core.contract import (
@@ -82,7 +82,6 @@ class OpenVINOPagedSession(TapeSession):
                 str(ir.path), scheduler_config(profile, options), DEVICE, plugin_config(profile, options))
         except RuntimeError as exc:
             raise EffctxError(f"openvino-genai could not open {ir.path}: {first_line(exc)}") from None
-        self._stop_ids = stop_token_ids(vocab)
         self._request_ids = itertools.count()
         self._last_request: RuntimeCounts | None = None
         self._info = model_info(vocab, profile, backend_version,
@@ -95,7 +94,9 @@ class OpenVINOPagedSession(TapeSession):
     def _generation_config(self, max_new_tokens: int, decode: DecodeConfig | None = None) -> genai.GenerationConfig:
         config = genai.GenerationConfig()
         config.max_new_tokens = max_new_tokens
-        config.stop_token_ids = self._stop_ids
+        # effctx stops at the vocabulary's end-of-generation tokens itself (and cancels the
+        # request), so every token the pipeline makes is one effctx reads: the counts agree.
+        config.ignore_eos = True
         if decode is not None and not decode.greedy:
             config.do_sample = True
             config.temperature = decode.temperature
@@ -199,7 +200,7 @@ class OpenVINOPagedSession(TapeSession):
         handle = self._submit(whole, self._generation_config(n_emit, config))
         self._resident, self._pending = list(whole), []
         text = self._vocabulary.text_decoder()
-        index, step_ms, decode_ms = 0, 0.0, 0.0
+        index, received, step_ms = 0, 0, 0.0
         try:
             while index < n_emit:
                 if not handle.can_read():
@@ -209,6 +210,7 @@ class OpenVINOPagedSession(TapeSession):
                     continue
                 for output in handle.read().values():
                     for token in output.generated_ids:
+                        received += 1
                         t0 = time.perf_counter_ns()
                         if self._pending:
                             self._resident += self._pending
@@ -223,7 +225,6 @@ class OpenVINOPagedSession(TapeSession):
                         stop = self._stop_reason(index, config)
                         piece = text.feed(token) + (text.flush() if stop else "")
                         ms = step_ms + ms_since(t0)
-                        decode_ms += ms
                         self._stats["decode_ms"] += ms
                         step_ms = 0.0
                         yield TokenChunk(int(token), piece, index, ms, stop)
@@ -237,7 +238,7 @@ class OpenVINOPagedSession(TapeSession):
                             return
         finally:
             self._finish(handle)
-            self._record(handle, len(whole), index)
+            self._record(handle, len(whole), received)
 
     # ------------------------------------------------------------------ snapshots
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import openvino as ov
 
-from effctx_core.backends.llama.runtime import LoadedModel
 from effctx_core.backends.openvino.convert import ConvertedModel, cached_conversion, convert_gguf
 from effctx_core.backends.openvino.settings import OpenVINOOptions, options_of
 from effctx_core.errors import EffctxError, ModelFileError
@@ -101,14 +100,3 @@ def infer_inputs(ids: Any, past: int) -> dict[str, Any]:
         "beam_idx": np.zeros(1, dtype=np.int32),
     }
 
-
-_stop_ids: dict[str, frozenset[int]] = {}
-
-
-def stop_token_ids(vocab: LoadedModel) -> frozenset[int]:
-    """Every id llama.cpp's vocabulary ends a turn with (for Gemma 3: <eos> and
-    <end_of_turn>), which openvino-genai must stop at; found once per model."""
-    key = str(vocab.path)
-    if key not in _stop_ids:
-        _stop_ids[key] = frozenset(i for i in range(vocab.n_vocab) if vocab.is_eog(i))
-    return _stop_ids[key]
