@@ -151,3 +151,28 @@ def test_info_on_an_openvino_profile_prints_the_paged_block_size(tiny):
     assert out.returncode == 0, out.stderr
     info = BACKEND.describe(tiny, load_profile("ov-prefix-cache").with_changes(n_ctx=512))
     assert f"KV cache     u8/u8: {block_bytes(info, 'u8', 'u8'):,} B per 32-token block" in out.stdout
+
+
+def test_the_trace_shows_the_pipelines_own_counts_beside_effctxs(tiny, tmp_path):
+    trace = tmp_path / "run.jsonl"
+    out = subprocess.run([EFFCTX, "run", "--profile", "ov-prefix-cache", "--model", str(tiny), "--n-ctx", "512",
+                          "--max-tokens", "5", "--prompt", "Once upon a time", "--trace", str(trace)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    counted = [e for e in events if e["kind"] == "runtime_counted"]
+    finished = next(e for e in events if e["kind"] == "turn_finished")["result"]
+    assert len(counted) == 1 and counted[0]["agree"] is True
+    assert counted[0]["generated_tokens"] == counted[0]["counted_generated_tokens"] == finished["generated"]
+    assert counted[0]["input_tokens"] == finished["prefilled"]
+
+
+@pytest.mark.parametrize("mode", ["trishape", "xattention"])
+def test_sparse_prefill_runs_on_the_paged_pipeline(tiny, mode):
+    session = BACKEND.open(tiny, ov_profile(pipeline="paged", sparse_prefill=mode).with_changes(n_batch=256))
+    try:
+        session.ensure_prefix(session.tokenize("word " * 200, True))
+        chunks = list(session.decode(DecodeConfig(max_tokens=3)))
+        assert len(chunks) == 3 and session.explain().runtime_counts.agree
+    finally:
+        session.close()

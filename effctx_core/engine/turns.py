@@ -15,7 +15,7 @@ from effctx_core.engine.prefill import make_room, prefill
 from effctx_core.engine.records import PrefillCancelled
 from effctx_core.engine.state import EngineState
 from effctx_core.errors import ContextOverflowError
-from effctx_core.events.trace import PrefixChecked, TokenDecoded, TurnFinished, TurnStarted
+from effctx_core.events.trace import PrefixChecked, RuntimeCounted, TokenDecoded, TurnFinished, TurnStarted
 from effctx_core.residency import ResidencyReport, Segment
 
 
@@ -75,6 +75,12 @@ class TurnRunner:
         result = self._result(reply, prefix, prefix.prefilled + suffix_prefilled, gone_before,
                               t_start, t_prefilled, t_end)
         state.bus.emit(TurnFinished, turn=turn, result=result, tape=len(state.tape))
+        counts = session.explain().runtime_counts
+        if counts is not None:
+            state.bus.emit(RuntimeCounted, turn=turn, input_tokens=counts.input_tokens,
+                           generated_tokens=counts.generated_tokens, counted_input_tokens=counts.counted_input_tokens,
+                           counted_generated_tokens=counts.counted_generated_tokens,
+                           ttft_ms=round(counts.ttft_ms, 3), tpot_ms=round(counts.tpot_ms, 3), agree=counts.agree)
         self._checkpointer.checkpoint("turn", _label(input_text, "turn"), f"{input_text}\n{result.text}", {
             "reused": result.reused, "prefilled": result.prefilled, "generated": result.generated,
             "ttft_ms": round(result.ttft_ms, 3), "prefill_tps": round(result.prefill_tps, 2),

@@ -100,6 +100,22 @@ class TurnFinished(Event):
 
 
 @dataclass(frozen=True)
+class RuntimeCounted(Event):
+    """The runtime's own account of the turn's last request beside effctx's count of what it
+    submitted and read (runtimes that report one: openvino-genai's perf metrics)."""
+
+    kind: ClassVar[str] = "runtime_counted"
+    turn: int
+    input_tokens: int
+    generated_tokens: int
+    counted_input_tokens: int
+    counted_generated_tokens: int
+    ttft_ms: float
+    tpot_ms: float
+    agree: bool
+
+
+@dataclass(frozen=True)
 class ResidencyAction(Event):
     """evict, park, slide (an evict while decoding) or shift, with the original tape range
     and the cache positions involved (for a shift: from where, to where)."""
