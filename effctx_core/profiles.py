@@ -72,9 +72,6 @@ class Profile:
         if self.residency.budget > self.n_ctx:
             raise ProfileError(f"{where}: residency budget {self.residency.budget} is above n_ctx {self.n_ctx}")
 
-    def option(self, name: str, default: object) -> object:
-        return dict(self.options).get(name, default)
-
     @property
     def n_threads(self) -> int:
         return self.threads or default_threads()

@@ -16,8 +16,11 @@ from effctx_core.backends.openvino.backend import OpenVINOBackend
 from effctx_core.backends.openvino.capacity import block_bytes
 from effctx_core.backends.openvino.paged import OpenVINOPagedSession
 from effctx_core.backends.openvino.runtime import converted
+from effctx_core.backends.openvino.settings import options_of
 from effctx_core.contract import DecodeConfig
 from effctx_core.errors import ModelFileError
+from effctx_core.events.reader import read_trace
+from effctx_core.events.trace import RuntimeCounted
 from effctx_core.profiles import Profile, ProfileError, load_profile, profile_from_toml
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
@@ -67,9 +70,10 @@ def test_invalid_openvino_profiles_are_refused_with_the_reason(toml, message):
 
 def test_the_built_in_openvino_profiles_are_valid():
     exact, cache, evict = (load_profile(n) for n in ("ov-exact", "ov-prefix-cache", "ov-evict"))
-    assert (exact.backend, exact.option("pipeline", None), exact.kv_cache_type_k) == ("openvino", "stateful", "f16")
-    assert (cache.option("pipeline", None), cache.option("enable_prefix_caching", None)) == ("paged", True)
-    assert (evict.option("max_cache_size", None), evict.option("start_size", None)) == (1024, 32)
+    exact_o, cache_o, evict_o = (options_of(p) for p in (exact, cache, evict))
+    assert (exact.backend, exact_o.pipeline, exact.kv_cache_type_k) == ("openvino", "stateful", "f16")
+    assert (cache_o.pipeline, cache_o.enable_prefix_caching) == ("paged", True)
+    assert (evict_o.max_cache_size, evict_o.start_size) == (1024, 32)
 
 
 def test_describe_converts_nothing_and_says_what_the_first_open_costs(tiny, tmp_path, monkeypatch):
@@ -163,8 +167,11 @@ def test_the_trace_shows_the_pipelines_own_counts_beside_effctxs(tiny, tmp_path)
     counted = [e for e in events if e["kind"] == "runtime_counted"]
     finished = next(e for e in events if e["kind"] == "turn_finished")["result"]
     assert len(counted) == 1 and counted[0]["agree"] is True
-    assert counted[0]["generated_tokens"] == counted[0]["counted_generated_tokens"] == finished["generated"]
-    assert counted[0]["input_tokens"] == finished["prefilled"]
+    counts = counted[0]["counts"]
+    assert counts["generated_tokens"] == counts["counted_generated_tokens"] == finished["generated"]
+    assert counts["input_tokens"] == finished["prefilled"]
+    read = [e for e in read_trace(trace).events if isinstance(e, RuntimeCounted)]
+    assert len(read) == 1 and read[0].counts.agree and read[0].counts.generated_tokens == finished["generated"]
 
 
 @pytest.mark.parametrize("mode", ["trishape", "xattention"])

@@ -20,10 +20,11 @@ from effctx_core.contract import (
     PrefixCause,
     PrefixStatus,
     ProgressSink,
+    SessionSnapshot,
     SuffixStatus,
     TokenChunk,
 )
-from effctx_core.errors import ContextOverflowError, EffctxError, SessionFatalError
+from effctx_core.errors import ContextOverflowError, EffctxError, IdentityMismatchError, SessionFatalError
 from effctx_core.identity import RuntimeIdentity, Setting
 from effctx_core.transcript import chat_format_for
 
@@ -86,10 +87,17 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if len(diff) else n
 
 
+class Sampler(Protocol):
+    """What a session samples with (a backend's own type); freed when the reply ends."""
+
+    def free(self) -> None: ...
+
+
 class TapeSession:
     """The tape and its rules; subclasses own the cache behind it."""
 
     _info: ModelInfo
+    identity: RuntimeIdentity
 
     def __init__(self, vocabulary: Vocabulary, n_ctx: int):
         self._vocabulary = vocabulary
@@ -116,20 +124,18 @@ class TapeSession:
         raise NotImplementedError
 
     def rollback_limit(self) -> int:
-        """The shortest prefix the cache can be cut back to and still be exact."""
-        raise NotImplementedError
+        """The shortest prefix the cache can be cut back to and still be exact: any, unless
+        the backend's cache forgets positions (llama.cpp's sliding-window layers)."""
+        return 0
 
     def _refresh_logits(self) -> None:
         """Make the next-token logits those of the resident tape again."""
         raise NotImplementedError
 
-    def _open_sampler(self, config: DecodeConfig) -> Any:
+    def _open_sampler(self, config: DecodeConfig) -> Sampler:
         raise NotImplementedError
 
     def _next_token(self, sampler: Any) -> int:
-        raise NotImplementedError
-
-    def _close_sampler(self, sampler: Any) -> None:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ shared
@@ -153,6 +159,15 @@ class TapeSession:
             raise SessionFatalError("the session is closed")
         if self._poisoned:
             raise SessionFatalError(f"the session is poisoned ({self._poisoned}); reopen it")
+
+    def _check_restorable(self, snapshot: SessionSnapshot) -> None:
+        """A snapshot of another runtime identity, or longer than the context, is refused
+        before the cache is touched."""
+        self._check_usable()
+        if snapshot.identity != self.identity:
+            raise IdentityMismatchError(self.identity, snapshot.identity)
+        if snapshot.n_tokens > self._n_ctx:
+            raise ContextOverflowError("restore", 0, snapshot.n_tokens, self._n_ctx)
 
     def _poison(self, why: str) -> SessionFatalError:
         self._poisoned = why
@@ -284,7 +299,10 @@ class TapeSession:
                 if stop:
                     return
         finally:
-            self._close_sampler(sampler)
+            sampler.free()
+
+    def close(self) -> None:
+        self._closed = True
 
     def explain(self) -> ContextReport:
         s = self._stats

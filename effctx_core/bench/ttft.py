@@ -73,8 +73,6 @@ def _snapshot_run(model_path: Path, profile: Profile, document: str, key: str) -
         store = SnapshotStore(Path(folder))
         first = _opened(model_path, profile, store)
         try:
-            if not first.session.info.capabilities.state_snapshot.supported:
-                return None, first.session.info.capabilities.state_snapshot.reason
             first.load_prefix(document)  # a miss: prefilled and stored
         finally:
             first.close()
@@ -105,10 +103,13 @@ def run_ttft(model_path: Path, profiles: Sequence[Profile], lengths: Sequence[in
                 engine.reset()
                 warm_result = _answer(engine, prompt.text)
                 prompt_tokens = cold_result.prefilled
+                snapshots = engine.session.info.capabilities.state_snapshot
             finally:
                 engine.close()
             document = prompt.text[: -len(PASSKEY_QUESTION)]
-            snapshot, note = _snapshot_run(model_path, profile, document, prompt.key)
+            # A backend without state snapshots would open a session only to say so.
+            snapshot, note = (_snapshot_run(model_path, profile, document, prompt.key) if snapshots.supported
+                              else (None, snapshots.reason))
             rows.append(TTFTRow(profile.name, profile.backend, prompt_tokens, prompt.key,
                                 Answer.of(cold_result, prompt.key), Answer.of(warm_result, prompt.key), snapshot, note))
     progress("done", total, total)

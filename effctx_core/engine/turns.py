@@ -77,10 +77,7 @@ class TurnRunner:
         state.bus.emit(TurnFinished, turn=turn, result=result, tape=len(state.tape))
         counts = session.explain().runtime_counts
         if counts is not None:
-            state.bus.emit(RuntimeCounted, turn=turn, input_tokens=counts.input_tokens,
-                           generated_tokens=counts.generated_tokens, counted_input_tokens=counts.counted_input_tokens,
-                           counted_generated_tokens=counts.counted_generated_tokens,
-                           ttft_ms=round(counts.ttft_ms, 3), tpot_ms=round(counts.tpot_ms, 3), agree=counts.agree)
+            state.bus.emit(RuntimeCounted, turn=turn, counts=counts, agree=counts.agree)
         self._checkpointer.checkpoint("turn", _label(input_text, "turn"), f"{input_text}\n{result.text}", {
             "reused": result.reused, "prefilled": result.prefilled, "generated": result.generated,
             "ttft_ms": round(result.ttft_ms, 3), "prefill_tps": round(result.prefill_tps, 2),

@@ -11,9 +11,9 @@ import re
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
-from effctx_core.contract import PrefixCause, TurnResult
+from effctx_core.contract import PrefixCause, RuntimeCounts, TurnResult
 from effctx_core.errors import EffctxError
-from effctx_core.events.trace import Event, PrefixChecked, TurnFinished
+from effctx_core.events.trace import Event, PrefixChecked, RuntimeCounted, TurnFinished
 from effctx_core.user_files import UserFileError, read_input_bytes
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
@@ -71,6 +71,8 @@ def _event(data: dict, where: str) -> Event:
         raise TraceError(f"{where}: a {kind} event with missing {missing} / unknown {extra} fields")
     if cls is TurnFinished:
         data["result"] = TurnResult(**data["result"])
+    if cls is RuntimeCounted:
+        data["counts"] = RuntimeCounts(**data["counts"])
     if cls is PrefixChecked and not data.get("cause"):
         data.update(legacy_prefix_cause(data))
     try:

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar, TextIO
 
-from effctx_core.contract import TurnResult
+from effctx_core.contract import RuntimeCounts, TurnResult
 from effctx_core.errors import EffctxError
 from effctx_core.user_files import UserFileError, check_output_file, open_input, os_reason
 
@@ -106,13 +106,8 @@ class RuntimeCounted(Event):
 
     kind: ClassVar[str] = "runtime_counted"
     turn: int
-    input_tokens: int
-    generated_tokens: int
-    counted_input_tokens: int
-    counted_generated_tokens: int
-    ttft_ms: float
-    tpot_ms: float
-    agree: bool
+    counts: RuntimeCounts
+    agree: bool  # the record's verdict, written out for readers of the JSON
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,25 @@ from effctx_tui.app import EffctxApp
 from effctx_tui.screens.cells import CellsScreen
 
 
+async def _cells_after_one_turn(pilot, app: EffctxApp) -> tuple[CellsScreen, tuple[int, ...]]:
+    """One reply ("Hello"), then the cells screen with its cells described; the tape."""
+    screen = app.session_screen
+    await wait_for(pilot, lambda: screen.ready)
+    await pilot.press(*"Hello", "enter")
+    await wait_for(pilot, lambda: screen.turns_done == 1)
+    tape = app.engine.tape
+    await pilot.press("ctrl+o")
+    cells = app.screen
+    assert isinstance(cells, CellsScreen)
+    await wait_for(pilot, lambda: len(cells.cells) > 0)
+    return cells, tape
+
+
 async def test_the_cells_screen_lists_cells_and_swaps_the_conversation(default_model):
     app = EffctxApp(max_tokens=2, checkpoints=None)
     async with app.run_test(size=(140, 30)) as pilot:
         screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
-        await pilot.press(*"Hello", "enter")
-        await wait_for(pilot, lambda: screen.turns_done == 1)
-        tape = app.engine.tape
-        await pilot.press("ctrl+o")
-        cells = app.screen
-        assert isinstance(cells, CellsScreen)
-        await wait_for(pilot, lambda: len(cells.cells) > 0)
+        cells, tape = await _cells_after_one_turn(pilot, app)
         profiles = [c.profile for c in cells.cells]
         assert profiles == ["exact", "fast-long", "q8", "streaming", "ov-evict", "ov-exact", "ov-prefix-cache"]
         assert cells.query_one(DataTable).row_count == len(cells.cells)
@@ -75,13 +82,7 @@ async def test_a_conversation_swaps_llama_to_openvino_to_llama_with_its_tape(def
     app = EffctxApp(max_tokens=2, checkpoints=None)
     async with app.run_test(size=(140, 30)) as pilot:
         screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
-        await pilot.press(*"Hello", "enter")
-        await wait_for(pilot, lambda: screen.turns_done == 1)
-        tape = app.engine.tape
-        await pilot.press("ctrl+o")
-        cells = app.screen
-        await wait_for(pilot, lambda: len(cells.cells) > 0)
+        cells, tape = await _cells_after_one_turn(pilot, app)
         await _swap_to(pilot, cells, "ov-exact")
         note = cells.query_one("#cells-note", Static)
         assert str(note.render()).startswith(f"now on ov-exact: recomputed {len(tape)} tokens")
@@ -106,14 +107,7 @@ async def test_a_cell_that_must_convert_first_says_what_it_costs_and_waits_for_a
     tiny = write_tiny_llama_gguf(tmp_path / "tiny.gguf", n_ctx_train=8192)
     app = EffctxApp(model=tiny, max_tokens=2, checkpoints=None)
     async with app.run_test(size=(140, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
-        await pilot.press(*"Hello", "enter")
-        await wait_for(pilot, lambda: screen.turns_done == 1)
-        tape = app.engine.tape
-        await pilot.press("ctrl+o")
-        cells = app.screen
-        await wait_for(pilot, lambda: len(cells.cells) > 0)
+        cells, tape = await _cells_after_one_turn(pilot, app)
         cell = next(c for c in cells.cells if c.profile == "ov-exact")
         assert cell.preparation is not None and cell.preparation.startswith("converts the GGUF to OpenVINO IR first")
         cells.query_one(DataTable).move_cursor(row=cells.cells.index(cell))

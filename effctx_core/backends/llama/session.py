@@ -30,7 +30,7 @@ from effctx_core.contract import (
     ProgressSink,
     SessionSnapshot,
 )
-from effctx_core.errors import ContextOverflowError, EffctxError, IdentityMismatchError
+from effctx_core.errors import ContextOverflowError, EffctxError
 
 if TYPE_CHECKING:
     # The profile is read, never built, here: the backends sit below the profile schema.
@@ -280,9 +280,6 @@ class LlamaSession(TapeSession):
             return sampler.from_logits(self._logits_override)
         return sampler.from_context(self._ctx)
 
-    def _close_sampler(self, sampler: Sampler) -> None:
-        sampler.free()
-
     # ------------------------------------------------------------------ snapshots
 
     def _current_logits(self) -> bytes | None:
@@ -303,11 +300,7 @@ class LlamaSession(TapeSession):
         return SessionSnapshot(self.identity, tuple(self._resident), ctypes.string_at(buf, written), self._current_logits())
 
     def restore(self, snapshot: SessionSnapshot) -> None:
-        self._check_usable()
-        if snapshot.identity != self.identity:
-            raise IdentityMismatchError(self.identity, snapshot.identity)
-        if snapshot.n_tokens > self._n_ctx:
-            raise ContextOverflowError("restore", 0, snapshot.n_tokens, self._n_ctx)
+        self._check_restorable(snapshot)
         llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
         self._resident, self._pending = [], []
         self._logits_ok = False

@@ -15,7 +15,7 @@ from effctx_core.backends.llama.executor import check_policy
 from effctx_core.backends.llama.gguf_facts import check_gguf_file
 from effctx_core.backends.llama.runtime import load_model
 from effctx_core.backends.openvino.info import model_info
-from effctx_core.backends.openvino.runtime import check_ir, converted
+from effctx_core.backends.openvino.runtime import converted, ready_ir
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, options_of
 from effctx_core.contract import Baseline, ModelInfo, RangeAction, RuntimeEviction, Session
 from effctx_core.errors import UnsupportedFeatureError
@@ -58,9 +58,7 @@ class OpenVINOBackend:
 
     def open(self, model_path: Path, profile: Profile) -> Session:
         vocab = load_model(Path(model_path), vocab_only=True)
-        ir = converted(model_path, profile)
-        assert ir is not None  # converted() converts when nothing is cached
-        check_ir(ir)
+        ir = ready_ir(model_path, profile)
         if options_of(profile).pipeline == "paged":
             from effctx_core.backends.openvino.paged import OpenVINOPagedSession
 

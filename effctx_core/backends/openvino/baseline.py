@@ -20,11 +20,10 @@ import openvino_genai as genai
 
 from effctx_core.backends.openvino.runtime import (
     DEVICE,
-    check_ir,
     compiled_model,
-    converted,
     infer_inputs,
     plugin_config,
+    ready_ir,
 )
 from effctx_core.backends.openvino.settings import options_of
 from effctx_core.contract import BaselineRun
@@ -61,10 +60,7 @@ class OpenVINOBaseline:
 
     def __init__(self, model_path: Path, profile: Profile):
         self._profile = profile
-        ir = converted(model_path, profile)
-        assert ir is not None
-        check_ir(ir)
-        self._ir = ir
+        self._ir = ir = ready_ir(model_path, profile)
         self._config = plugin_config(profile, options_of(profile))
         self._request = compiled_model(ir.xml, self._config).create_infer_request()
         self._pipeline: genai.LLMPipeline | None = None

@@ -88,9 +88,6 @@ class OpenVINOPagedSession(TapeSession):
                                 f"converted IR {ir.path} ({ir.manifest['weights']}), openvino-genai paged pipeline")
         self.identity = self._info.identity
 
-    def rollback_limit(self) -> int:
-        return 0
-
     def _generation_config(self, max_new_tokens: int, decode: DecodeConfig | None = None) -> genai.GenerationConfig:
         config = genai.GenerationConfig()
         config.max_new_tokens = max_new_tokens
@@ -247,6 +244,3 @@ class OpenVINOPagedSession(TapeSession):
 
     def restore(self, snapshot: SessionSnapshot) -> None:
         raise UnsupportedFeatureError(self._info.capabilities.state_snapshot.reason)
-
-    def close(self) -> None:
-        self._closed = True

@@ -82,12 +82,16 @@ def converted(model_path: Path, profile: Profile, progress: ProgressFn | None = 
     return convert_gguf(Path(model_path), weights, progress)
 
 
-def check_ir(ir: ConvertedModel) -> None:
-    """A converted folder with its manifest but without weights (deleted, half copied) is
-    one line, before OpenVINO reads it."""
+def ready_ir(model_path: Path, profile: Profile) -> ConvertedModel:
+    """The IR a session of `profile` runs, converted now if it is not cached. A converted
+    folder with its manifest but without weights (deleted, half copied) is one line,
+    before OpenVINO reads it."""
+    ir = converted(model_path, profile)
+    assert ir is not None  # converted() converts when nothing is cached
     bin_file = ir.xml.with_suffix(".bin")
     if not bin_file.is_file():
         raise ModelFileError(f"the converted model {ir.path} has no {bin_file.name}: run effctx model convert --to openvino")
+    return ir
 
 
 def infer_inputs(ids: Any, past: int) -> dict[str, Any]:

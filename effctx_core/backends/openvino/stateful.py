@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+import openvino as ov
 
 from effctx_core.backends.llama.runtime import LoadedModel
 from effctx_core.backends.llama.sampling import Sampler
@@ -22,7 +23,7 @@ from effctx_core.backends.openvino.runtime import compiled_model, first_line, in
 from effctx_core.backends.openvino.settings import options_of
 from effctx_core.backends.tape_session import TapeSession, check_trained_context, ms_since
 from effctx_core.contract import DecodeConfig, PrefillProgress, ProgressSink, SessionSnapshot
-from effctx_core.errors import ContextOverflowError, EffctxError, IdentityMismatchError
+from effctx_core.errors import EffctxError
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
@@ -39,17 +40,12 @@ class OpenVINOStatefulSession(TapeSession):
         self._info = model_info(vocab, profile, backend_version, f"converted IR {ir.path} ({ir.manifest['weights']})")
         self.identity = self._info.identity
 
-    def rollback_limit(self) -> int:
-        return 0
-
     # ------------------------------------------------------------------ the cache
 
     def _states(self) -> list:
         return list(self._request.query_state())
 
     def _set_states(self, arrays: Sequence[np.ndarray]) -> None:
-        import openvino as ov
-
         for state, array in zip(self._states(), arrays):
             state.state = ov.Tensor(np.ascontiguousarray(array, dtype=np.float32))
 
@@ -101,9 +97,6 @@ class OpenVINOStatefulSession(TapeSession):
         assert self._logits is not None  # decode refreshes the logits first
         return sampler.from_logits(self._logits)
 
-    def _close_sampler(self, sampler: Sampler) -> None:
-        sampler.free()
-
     # ------------------------------------------------------------------ snapshots
 
     def snapshot(self) -> SessionSnapshot:
@@ -138,11 +131,7 @@ class OpenVINOStatefulSession(TapeSession):
         return out
 
     def restore(self, snapshot: SessionSnapshot) -> None:
-        self._check_usable()
-        if snapshot.identity != self.identity:
-            raise IdentityMismatchError(self.identity, snapshot.identity)
-        if snapshot.n_tokens > self._n_ctx:
-            raise ContextOverflowError("restore", 0, snapshot.n_tokens, self._n_ctx)
+        self._check_restorable(snapshot)
         arrays = self._read_state(snapshot) if snapshot.tokens else []
         self._request.reset_state()
         self._resident, self._pending = [], []
@@ -154,6 +143,3 @@ class OpenVINOStatefulSession(TapeSession):
         if snapshot.logits is not None and len(snapshot.logits) == 4 * self._info.facts.vocab_size:
             self._logits = np.frombuffer(snapshot.logits, dtype=np.float32).copy()
             self._logits_ok = True
-
-    def close(self) -> None:
-        self._closed = True
