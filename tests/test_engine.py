@@ -94,13 +94,25 @@ def test_restore_brings_back_the_tape(engine):
     assert engine.complete(" Then", DecodeConfig(max_tokens=8)).text == first
 
 
-def test_a_new_conversation_drops_the_old_one_at_its_first_turn(engine):
+def test_a_new_conversation_drops_the_old_one_at_its_first_turn_but_the_bos_they_share(engine):
     engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
     old = engine.explain().resident_tokens
     engine.reset()
     result = engine.complete("Once upon a time", DecodeConfig(max_tokens=2))
-    assert (result.reused, result.dropped) == (0, old)
+    assert (result.reused, result.dropped) == (1, old - 1)
     assert engine.detokenize(engine.tape).startswith("Once upon a time")
+
+
+def test_a_new_conversation_keeps_the_start_it_shares_with_the_old_one(engine):
+    engine.reset()
+    engine.complete("The capital of France is Paris. The capital of Italy is", DecodeConfig(max_tokens=4))
+    old = engine.explain().resident_tokens
+    engine.reset()
+    shared = engine.session.tokenize("The capital of France is Paris.", add_bos=True)
+    result = engine.complete("The capital of France is Paris. The capital of Spain is", DecodeConfig(max_tokens=2))
+    assert result.reused >= len(shared) and result.reused + result.prefilled == len(
+        engine.session.tokenize("The capital of France is Paris. The capital of Spain is", add_bos=True))
+    assert result.dropped == old - result.reused and result.prefix_cause == "diverged"
 
 
 def test_cancel_stops_a_prefill_between_chunks_and_the_next_turn_drops_the_part_done(engine):

@@ -4,9 +4,9 @@ same passkey prompts, so every time stands beside whether the answer was right.
 For each profile and prompt length, one passkey prompt (a key hidden in filler, then the
 question) is answered three ways:
 - cold: a new session, every token prefilled;
-- warm, the runtime's own cache: the same session, conversation reset, the same prompt
-  again (openvino-genai's prefix cache serves it; llama.cpp and OpenVINO's stateful cache
-  drop the old tokens and prefill again);
+- warm, the same session: conversation reset, the same prompt again (effctx keeps what
+  the new conversation shares with the old one, all but its last token, where the session
+  holds a tape; openvino-genai's prefix cache serves the paged pipeline);
 - warm, effctx's prefix snapshot cache: a new session loads the document part from a
   snapshot store an earlier session filled, then prefills the question (backends with
   state snapshots only; the others say why not).
@@ -122,7 +122,7 @@ def ttft_table(rows: Sequence[TTFTRow]) -> str:
             return f"{'-':>17}"
         return f"{answer.ttft_ms:>10.0f} ms {'ok' if answer.found else 'MISS':>4}"
 
-    lines = [f"{'profile':17}{'tokens':>7}{'cold TTFT':>17}{'warm: runtime':>17}{'warm: snapshot':>17}{'decode tok/s':>14}"]
+    lines = [f"{'profile':17}{'tokens':>7}{'cold TTFT':>17}{'warm: session':>17}{'warm: snapshot':>17}{'decode tok/s':>14}"]
     for r in rows:
         lines.append(f"{r.profile:17}{r.prompt_tokens:>7}{cell(r.cold)}{cell(r.warm_runtime)}{cell(r.warm_snapshot)}"
                      f"{r.cold.decode_tps:>14.1f}")

@@ -49,9 +49,14 @@ class PrefixLoader:
                 tracker.reset(kind, len(tokens))
                 return self._loaded("hit", tokens, t0, key, None)
         state.gate.clear()
+        shared = state.take_left(tokens)
         try:
             with state.gate.cancellable():
-                prefill(state, tokens, kind, 0, 0)
+                # The session may still hold a conversation a reset or a cancel ended.
+                session.ensure_prefix(tokens[:shared])
+                state.tape = tokens[:shared]
+                tracker.append(kind, shared, 0)
+                prefill(state, tokens[shared:], kind, 0, shared)
         except PrefillCancelled:
             # Nothing of the prefix counts: the next turn drops what was prefilled.
             state.tape = []

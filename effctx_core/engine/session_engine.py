@@ -129,10 +129,11 @@ class SessionEngine:
             self._state.bus.close()
 
     def reset(self) -> None:
-        """Start a new conversation. The cache is cleared by the next turn's
-        ensure_prefix, which reports the old tokens as dropped."""
+        """Start a new conversation. The next turn's ensure_prefix keeps what the new
+        conversation shares with the old one (the same system prompt, a resent edited
+        conversation) and drops the rest, which it reports as dropped."""
         with self._lock:
-            self._state.tape = []
+            self._state.left, self._state.tape = self._state.tape, []
             if self._state.cell is not None:
                 self._state.tracker.reset()
 

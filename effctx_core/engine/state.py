@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
+from effctx_core.backends.tape_session import common_prefix_length
 from effctx_core.contract import PrefillProgress, Session
 from effctx_core.engine.cancel_gate import CancelGate
 from effctx_core.engine.cell import RunningCell
@@ -25,6 +26,9 @@ class EngineState:
     tape: list[int] = field(default_factory=list)
     turns: int = 0
     tree: SnapshotTree = field(default_factory=SnapshotTree)
+    # The tape of the conversation a reset ended: the session holds it until the next
+    # conversation starts, which keeps what it shares with it.
+    left: list[int] = field(default_factory=list)
 
     @property
     def running(self) -> RunningCell:
@@ -39,6 +43,16 @@ class EngineState:
     @property
     def tracker(self) -> ResidencyTracker:
         return self.running.tracker
+
+    def take_left(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens` (a new conversation's first) the session still holds from
+        the conversation a reset ended, which is then forgotten. At most all but the
+        last: the last is prefilled for the next-token logits. None under an evicting
+        policy, whose cache holds the old tape shifted and in part."""
+        left, self.left = self.left, []
+        if self.tape or not left or not tokens or self.tracker.evicts:
+            return 0
+        return min(common_prefix_length(left, tokens), len(tokens) - 1)
 
     def progress(self, turn: int, start: int) -> Callable[[PrefillProgress], None]:
         return self.gate.progress(self.bus, turn, start)

@@ -52,6 +52,11 @@ class TurnRunner:
         state.gate.clear()
         state.turns += 1
         turn = state.turns
+        shared = state.take_left(new)
+        if shared:
+            state.tape.extend(new[:shared])
+            tracker.append(kind, shared, turn)
+            new = new[shared:]
         cached = tracker.resident_tokens(state.tape)
         fitted = self._fit(config, len(cached), len(new))
         state.bus.emit(TurnStarted, turn=turn, input_text=input_text, prefix_tokens=len(cached), suffix_tokens=len(new))
@@ -67,7 +72,10 @@ class TurnRunner:
                 )
                 suffix_prefilled = prefill(state, new, kind, turn, prefix.resident)
         except PrefillCancelled as cancelled:
-            return self._cancelled(turn, cancelled, t_start)
+            if shared:  # the start kept from before belongs to the turn, which does not count
+                del state.tape[:]
+                tracker.truncate(0)
+            return self._cancelled(turn, cancelled, t_start, shared)
         t_prefilled = time.perf_counter_ns()
         reply = self._decode(turn, fitted, stop, asked=config.max_tokens)
         self._settle(reply, opening)
@@ -187,12 +195,12 @@ class TurnRunner:
             prefix_cause=prefix.cause.value,
         )
 
-    def _cancelled(self, turn: int, stop: PrefillCancelled, t_start: int) -> TurnResult:
+    def _cancelled(self, turn: int, stop: PrefillCancelled, t_start: int, reused: int) -> TurnResult:
         state = self._state
         report = state.session.explain()
         ms = (time.perf_counter_ns() - t_start) / 1e6
         result = TurnResult(
-            text="", stop_reason="cancelled", reused=0, prefilled=stop.done, generated=0, dropped=0, evicted=0,
+            text="", stop_reason="cancelled", reused=reused, prefilled=stop.done, generated=0, dropped=0, evicted=0,
             prefix_reason=f"cancelled during prefill after {stop.done} of {stop.total} tokens", ttft_ms=ms,
             prefill_ms=ms, decode_ms=0.0, prefill_tps=_rate(stop.done, ms), decode_tps=0.0,
             resident=report.resident_tokens, available=report.available_tokens, n_ctx=report.n_ctx,

@@ -60,7 +60,8 @@ def test_the_engine_counts_what_the_backend_did(clean):
     after = clean.explain()
     assert after.prefill_tokens - before.prefill_tokens == first.prefilled + second.prefilled
     assert after.decode_tokens - before.decode_tokens == first.generated + second.generated
-    assert len(clean.tape) == first.prefilled + first.generated + second.prefilled + second.generated
+    # A new conversation keeps what it shares with the one before (the BOS, where there is one).
+    assert len(clean.tape) == first.reused + first.prefilled + first.generated + second.prefilled + second.generated
 
 
 def test_a_runtime_that_counts_its_requests_counts_what_the_engine_counted(clean):
@@ -79,6 +80,7 @@ def test_a_cancel_stops_the_prefill_between_two_chunks(clean):
     finally:
         unsubscribe()
     assert (result.stop_reason, result.prefilled, result.generated) == ("cancelled", N_BATCH, 0)
-    assert clean.tape == () and clean.explain().resident_tokens == N_BATCH
+    # What the turn kept from the conversation before it (a BOS) stays in the cache too.
+    assert clean.tape == () and clean.explain().resident_tokens == N_BATCH + result.reused
     after = clean.complete("Hello", DecodeConfig(max_tokens=1))
-    assert (after.reused, after.dropped) == (0, N_BATCH)
+    assert (after.reused, after.dropped) == (0, N_BATCH + result.reused)
