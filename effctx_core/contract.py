@@ -55,6 +55,9 @@ class Capabilities:
     exact_snapshot: Capability
     # Per-token attention mass, which the scored policy ranks blocks by.
     attention_scores: Capability
+    # The log-probability of each token a prefill evaluates (score_suffix): the quality
+    # gate's teacher-forced NLL under a profile's cache types and residency policy.
+    token_scores: Capability
     # A K or V cache element type below 16 bits.
     quantized_k: Capability
     quantized_v: Capability
@@ -66,7 +69,8 @@ class Capabilities:
     notes: dict[str, str] = field(default_factory=dict)
 
     FLAGS: ClassVar[tuple[str, ...]] = (
-        "position_shift", "state_snapshot", "exact_snapshot", "attention_scores", "quantized_k", "quantized_v",
+        "position_shift", "state_snapshot", "exact_snapshot", "attention_scores", "token_scores", "quantized_k",
+        "quantized_v",
     )
 
     def flags(self) -> dict[str, Capability]:
@@ -199,6 +203,18 @@ class SuffixStatus:
     resident: int
     available: int
     prefill_ms: float
+
+
+@dataclass(frozen=True)
+class ScoredSuffix:
+    """A prefill that also scored its tokens: logprobs[i] (float64, one per suffix token)
+    is log p(suffix[i] | the tape before it), over the full vocabulary. logprobs[0] comes
+    from the next-token logits of the tape the suffix was appended to, NaN when that tape
+    was empty (nothing predicts the first token)."""
+
+    status: SuffixStatus
+    # Not compared: == on arrays gives an array, which a dataclass's == cannot use.
+    logprobs: np.ndarray = field(compare=False)
 
 
 @dataclass(frozen=True)
@@ -351,6 +367,12 @@ class Session(Protocol):
     def ensure_prefix(self, prefix: Sequence[int], progress: ProgressSink | None = None) -> PrefixStatus: ...
 
     def prefill_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> SuffixStatus: ...
+
+    def score_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> ScoredSuffix:
+        """prefill_suffix (the same tape, counters, progress and cancel point), also
+        returning each suffix token's log-probability. Raises UnsupportedFeatureError,
+        the session unchanged, unless the capabilities claim token_scores."""
+        ...
 
     def decode(self, config: DecodeConfig) -> Generator[TokenChunk, None, None]:
         """Stream tokens; closing the generator early leaves the last token handed out

@@ -20,11 +20,18 @@ from effctx_core.contract import (
     PrefixCause,
     PrefixStatus,
     ProgressSink,
+    ScoredSuffix,
     SessionSnapshot,
     SuffixStatus,
     TokenChunk,
 )
-from effctx_core.errors import ContextOverflowError, EffctxError, IdentityMismatchError, SessionFatalError
+from effctx_core.errors import (
+    ContextOverflowError,
+    EffctxError,
+    IdentityMismatchError,
+    SessionFatalError,
+    UnsupportedFeatureError,
+)
 from effctx_core.identity import RuntimeIdentity, Setting
 from effctx_core.transcript import chat_format_for
 
@@ -87,6 +94,28 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if len(diff) else n
 
 
+# How many logits are widened to float64 at once: 64 MiB of scratch. A whole chunk at once
+# would be n_batch x n_vocab values (1 GiB for 512 positions of Gemma 3's 262144 tokens).
+_SCORE_BLOCK_VALUES = 1 << 23
+
+
+def token_logprobs(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """log softmax(logits[i])[targets[i]] for each row i, in float64 over the full
+    vocabulary: logits (n, n_vocab), targets (n,) token ids; as many rows at a time as
+    the scratch bound allows."""
+    n, vocab = logits.shape
+    ids = np.asarray(targets, dtype=np.intp)
+    out = np.empty(n, dtype=np.float64)
+    step = max(1, _SCORE_BLOCK_VALUES // vocab)
+    for r in range(0, n, step):
+        block = logits[r : r + step].astype(np.float64)
+        block -= block.max(axis=1, keepdims=True)
+        picked = block[np.arange(len(block)), ids[r : r + step]]
+        np.exp(block, out=block)
+        out[r : r + step] = picked - np.log(block.sum(axis=1))
+    return out
+
+
 class Sampler(Protocol):
     """What a session samples with (a backend's own type); freed when the reply ends."""
 
@@ -117,6 +146,17 @@ class TapeSession:
         """Append tokens (at least one, and room for them) to the cache in chunks,
         reporting each, leaving the next-token logits of the last one; the milliseconds
         the backend spent."""
+        raise NotImplementedError
+
+    def _append_scored(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> tuple[float, np.ndarray]:
+        """_append, also returning log p(tokens[i + 1] | the tape through tokens[i]) for each
+        token but the last (len(tokens) - 1 values, float64): it needs the logits of every
+        position, where _append keeps only the last one's. Only a backend whose
+        capabilities claim token_scores supplies it."""
+        raise NotImplementedError
+
+    def _next_logits(self) -> np.ndarray:
+        """The next-token logits of the resident tape (n_vocab values), while _logits_ok."""
         raise NotImplementedError
 
     def _truncate(self, keep: int) -> None:
@@ -258,6 +298,40 @@ class TapeSession:
             available=self._n_ctx - len(self._resident),
             prefill_ms=ms_since(t0) if todo else 0.0,
         )
+
+    def score_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> ScoredSuffix:
+        self._check_usable()
+        claim = self._info.capabilities.token_scores
+        if not claim.supported:
+            raise UnsupportedFeatureError(f"no token scores here: {claim.reason}")
+        suffix = list(suffix)
+        todo = self._pending + suffix
+        if len(self._resident) + len(todo) > self._n_ctx:
+            raise ContextOverflowError("prefill", len(self._resident), len(todo), self._n_ctx)
+        t0 = time.perf_counter_ns()
+        # The first suffix token is predicted by the logits held for the tape's last token;
+        # after a cut or an eviction they are recomputed (its token evaluated again) on the
+        # cache as it now is. A pending token is evaluated with the suffix, and its own row
+        # predicts the first suffix token instead.
+        first = np.full(1, np.nan)
+        if suffix and not self._pending and self._resident:
+            if not self._logits_ok:
+                self._refresh_logits()
+            first = token_logprobs(self._next_logits()[None, :], np.asarray(suffix[:1]))
+        skip = len(self._pending)
+        # Cleared first, as in prefill_suffix: chunks done before a stop are resident.
+        self._pending = []
+        ms, rest = self._append_scored(todo, "prefill", progress) if todo else (0.0, np.empty(0))
+        self._count_prefill(len(todo), ms)
+        status = SuffixStatus(
+            suffix_tokens=len(suffix),
+            prefilled=len(todo),
+            resident=len(self._resident),
+            available=self._n_ctx - len(self._resident),
+            prefill_ms=ms_since(t0) if todo else 0.0,
+        )
+        logprobs = np.concatenate([first, rest])[skip:] if suffix else np.empty(0)
+        return ScoredSuffix(status, logprobs)
 
     def decode(self, config: DecodeConfig) -> Generator[TokenChunk, None, None]:
         """Stream tokens; each is evaluated into the cache after it is handed out.

@@ -1,8 +1,15 @@
 """The session engine: the one object the CLI and the console drive, and what it returns."""
 
 from effctx_core.engine.checkpoints import session_owner
-from effctx_core.engine.records import NodeRestore, PrefillCancelled, PrefixLoad, SwapCancelled, SwapResult
+from effctx_core.engine.records import (
+    NodeRestore,
+    PrefillCancelled,
+    PrefixLoad,
+    ScoreResult,
+    SwapCancelled,
+    SwapResult,
+)
 from effctx_core.engine.session_engine import SessionEngine
 
-__all__ = ["NodeRestore", "PrefillCancelled", "PrefixLoad", "SessionEngine", "SwapCancelled", "SwapResult",
-           "session_owner"]
+__all__ = ["NodeRestore", "PrefillCancelled", "PrefixLoad", "ScoreResult", "SessionEngine", "SwapCancelled",
+           "SwapResult", "session_owner"]

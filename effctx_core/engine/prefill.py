@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
+from effctx_core.contract import ProgressSink, Session, SuffixStatus
 from effctx_core.engine.state import EngineState
 from effctx_core.events.trace import ResidencyAction, ResidencyChanged
 from effctx_core.residency import Segment
 
+if TYPE_CHECKING:
+    import numpy as np
 
-def prefill(state: EngineState, new: list[int], kind: Segment, turn: int, resident: int) -> int:
+
+def prefill(state: EngineState, new: list[int], kind: Segment, turn: int, resident: int,
+            scores: list[np.ndarray] | None = None) -> int:
     """Prefill the new tokens onto the tape; under an evicting policy in chunks, planning
     before each, so a prompt longer than the budget streams through instead of failing.
-    Returns the tokens the backend computed."""
+    With `scores`, each token is scored too (score_suffix) and each call's log-probabilities
+    are appended to it, in tape order. Returns the tokens the backend computed."""
     cell = state.running
     session, tracker = cell.session, cell.tracker
     if not tracker.evicts:
-        status = session.prefill_suffix(new, state.progress(turn, resident))
+        status = _suffix(session, new, state.progress(turn, resident), scores)
         state.tape.extend(new)
         tracker.append(kind, len(new), turn)
         return status.prefilled
@@ -25,13 +33,22 @@ def prefill(state: EngineState, new: list[int], kind: Segment, turn: int, reside
     for off in range(0, len(new), step):
         chunk = new[off : off + step]
         make_room(state, len(chunk), turn, "prefill")
-        status = session.prefill_suffix(chunk, state.progress(turn, session.explain().resident_tokens))
+        status = _suffix(session, chunk, state.progress(turn, session.explain().resident_tokens), scores)
         prefilled += status.prefilled
         state.tape.extend(chunk)
         tracker.append(kind, len(chunk), turn)
     if not new:
-        prefilled += session.prefill_suffix([]).prefilled
+        prefilled += _suffix(session, [], None, scores).prefilled
     return prefilled
+
+
+def _suffix(session: Session, tokens: Sequence[int], progress: ProgressSink | None,
+            scores: list[np.ndarray] | None) -> SuffixStatus:
+    if scores is None:
+        return session.prefill_suffix(tokens, progress)
+    scored = session.score_suffix(tokens, progress)
+    scores.append(scored.logprobs)
+    return scored.status
 
 
 def make_room(state: EngineState, extra: int, turn: int, stage: str) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from effctx_core.errors import Cancelled
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class PrefillCancelled(Cancelled):
@@ -47,3 +51,19 @@ class PrefixLoad:
     ms: float
     key: str | None
     message: str | None  # one line: a refused cache entry, or a cache that could not be written
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """A text prefilled as a new conversation under the running cell's cache types and
+    residency policy, each token scored by the model as it went in (teacher forcing)."""
+
+    policy: str  # the residency policy that ran
+    tokens: int  # tokens prefilled, BOS included
+    scored: int  # tokens with a log-probability: all but a first one with nothing before it
+    mean_nll: float  # -mean(logprobs) over the scored tokens, in nats; NaN when none was
+    ms: float
+    evicted: int  # tokens the policy took out of the cache during the run, evicted or parked
+    # log p(token | the tokens before it), float64, one per token; NaN for the first.
+    # Not compared: == on arrays gives an array, which a dataclass's == cannot use.
+    logprobs: np.ndarray = field(compare=False)

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
+
 from effctx_core.contract import ContextReport, DecodeConfig, ModelInfo, Session, SessionSnapshot, TurnResult
 from effctx_core.engine.cancel_gate import CancelGate
 from effctx_core.engine.cell import RunningCell
@@ -22,7 +24,7 @@ from effctx_core.engine.checkpoints import Checkpointer
 from effctx_core.engine.events import EventBus, Subscriber
 from effctx_core.engine.prefill import make_room, prefill
 from effctx_core.engine.prefix_loader import PrefixLoader
-from effctx_core.engine.records import NodeRestore, PrefixLoad, SwapResult
+from effctx_core.engine.records import NodeRestore, PrefillCancelled, PrefixLoad, ScoreResult, SwapResult
 from effctx_core.engine.state import EngineState
 from effctx_core.engine.swap import swap
 from effctx_core.engine.turns import TurnRunner
@@ -166,6 +168,44 @@ class SessionEngine:
             new = session.tokenize(text, add_bos=first and session.info.facts.add_bos, special=fmt.special_tokens)
             return self._turns.run(user_text, new, config, tuple(config.stop) + fmt.stop, Segment.USER,
                                    fmt.turn_opening)
+
+    def score(self, text: str) -> ScoreResult:
+        """Teacher-forced scoring: `text` (tokenized with BOS, as `complete` does) prefilled
+        as a new conversation through the residency policy, exactly as a prompt is (under
+        an evicting policy in chunks, room made before each), every token scored by the
+        model as it goes in. The text stays on the tape. Its prefill can be cancelled,
+        which leaves the conversation empty."""
+        with self._lock, self._reported():
+            state = self._state
+            session = state.session
+            claim = session.info.capabilities.token_scores
+            if not claim.supported:
+                raise UnsupportedFeatureError(f"no token scores here: {claim.reason}")
+            self.reset()
+            tokens = session.tokenize(text, add_bos=session.info.facts.add_bos)
+            t0 = time.perf_counter_ns()
+            sink: list[np.ndarray] = []
+            state.gate.clear()
+            try:
+                with state.gate.cancellable():
+                    # Turn 0, as a prefix load: a score run is no turn of the conversation.
+                    session.ensure_prefix([])
+                    prefill(state, tokens, Segment.DOCUMENT, 0, 0, scores=sink)
+            except PrefillCancelled:
+                self.reset()
+                raise
+            logprobs = np.concatenate(sink) if sink else np.empty(0)
+            known = logprobs[~np.isnan(logprobs)]
+            report = state.tracker.report()
+            return ScoreResult(
+                policy=state.running.profile.residency.policy,
+                tokens=len(tokens),
+                scored=len(known),
+                mean_nll=float(-known.mean()) if len(known) else float("nan"),
+                ms=(time.perf_counter_ns() - t0) / 1e6,
+                evicted=report.evicted_tokens + report.cold_tokens,
+                logprobs=logprobs,
+            )
 
     def set_budget(self, tokens: int) -> None:
         """Steer the residency budget of the running session. A smaller budget is carried

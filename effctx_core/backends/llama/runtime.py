@@ -249,6 +249,11 @@ class Batch:
         if want_logits:
             self._logits[n - 1] = 1
 
+    def fill_every_logit(self, tokens: np.ndarray, pos0: int) -> None:
+        """fill, asking for the logits of every position: a scored prefill reads them all."""
+        self.fill(tokens, pos0, want_logits=False)
+        self._logits[: len(tokens)] = 1
+
     def free(self) -> None:
         if not self._freed:
             llama_cpp.llama_batch_free(self.raw)

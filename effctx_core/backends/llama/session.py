@@ -19,7 +19,13 @@ from effctx_core.backends.llama.runtime import (
 )
 from effctx_core.backends.llama.sampling import Sampler
 from effctx_core.backends.llama.settings import KV_CACHE_TYPES, QUANTIZED_TYPES, kv_settings
-from effctx_core.backends.tape_session import TapeSession, check_trained_context, ms_since, session_identity
+from effctx_core.backends.tape_session import (
+    TapeSession,
+    check_trained_context,
+    ms_since,
+    session_identity,
+    token_logprobs,
+)
 from effctx_core.contract import (
     Capabilities,
     Capability,
@@ -124,6 +130,8 @@ class LlamaSession(TapeSession):
                 else "flash attention is on: restored state drifts (measured max|dlogit| about 1)"
             )),
             attention_scores=Capability(False, "llama.cpp's C API does not expose attention weights"),
+            token_scores=Capability(True, "llama_decode computes the logits of every position a batch asks for "
+                                          "(llama_get_logits)"),
             quantized_k=Capability(True, f"llama.cpp takes {', '.join(QUANTIZED_TYPES)} for K"),
             quantized_v=Capability(fa, (
                 "flash attention is on" if fa
@@ -219,6 +227,19 @@ class LlamaSession(TapeSession):
 
     def _append(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> float:
         """Append tokens to the cache in n_batch chunks; logits for the last one."""
+        return self._chunks(tokens, stage, progress, None)
+
+    def _append_scored(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> tuple[float, np.ndarray]:
+        """Append tokens with the logits of every position of each chunk. llama.cpp keeps
+        an output buffer of n_batch x n_vocab floats for that (512 MiB at 512 x 262144),
+        and holds on to it until the context is freed."""
+        scores = np.empty(len(tokens) - 1, dtype=np.float64)
+        return self._chunks(tokens, stage, progress, scores), scores
+
+    def _chunks(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None,
+                scores: np.ndarray | None) -> float:
+        """The n_batch chunk loop; with `scores`, every position's logits are asked for and
+        each chunk's rows score the token after them into it."""
         total = len(tokens)
         start = len(self._resident)
         arr = np.asarray(tokens, dtype=np.int32)
@@ -228,13 +249,21 @@ class LlamaSession(TapeSession):
         elapsed = 0.0
         for off in range(0, total, n_batch):
             chunk = arr[off : off + n_batch]
-            last = off + len(chunk) >= total
-            self._batch.fill(chunk, start + off, want_logits=last)
+            if scores is None:
+                self._batch.fill(chunk, start + off, want_logits=off + len(chunk) >= total)
+            else:
+                self._batch.fill_every_logit(chunk, start + off)
             t0 = time.perf_counter_ns()
             rc = llama_cpp.llama_decode(self._ctx, self._batch.raw)
-            ms = ms_since(t0)
             if rc != 0:
                 self._recover_failed_eval(rc, stage, start, total)
+            if scores is not None:
+                # Row j predicts the token after chunk[j]; the last row of the whole append
+                # predicts one not given yet and stays as the next-token logits.
+                targets = arr[off + 1 : off + len(chunk) + 1]
+                rows = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(len(chunk), self._model.n_vocab))
+                scores[off : off + len(targets)] = token_logprobs(rows[: len(targets)], targets)
+            ms = ms_since(t0)
             self._resident.extend(tokens[off : off + len(chunk)])
             elapsed += ms
             if progress is not None:
@@ -282,13 +311,16 @@ class LlamaSession(TapeSession):
 
     # ------------------------------------------------------------------ snapshots
 
-    def _current_logits(self) -> bytes | None:
+    def _next_logits(self) -> np.ndarray:
         if self._logits_override is not None:
-            return self._logits_override.tobytes()
-        if not self._logits_ok:
-            return None
+            return self._logits_override
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
-        return bytes(np.ctypeslib.as_array(ptr, shape=(self._model.n_vocab,)).data)
+        return np.ctypeslib.as_array(ptr, shape=(self._model.n_vocab,))
+
+    def _current_logits(self) -> bytes | None:
+        if self._logits_override is None and not self._logits_ok:
+            return None
+        return self._next_logits().tobytes()
 
     def snapshot(self) -> SessionSnapshot:
         self._check_usable()

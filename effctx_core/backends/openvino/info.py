@@ -32,6 +32,8 @@ def _stateful_capabilities(profile: Profile) -> Capabilities:
                  "after a restore)"
         )),
         attention_scores=Capability(False, "OpenVINO's fused attention does not output attention weights"),
+        token_scores=Capability(True, "the IR outputs the last position's logits, so scoring runs one infer request "
+                                      "per token (about one decode step each)"),
         quantized_k=Capability(True, "KEY_CACHE_PRECISION u8 (u4 crashes the stateful path)"),
         quantized_v=Capability(True, "VALUE_CACHE_PRECISION u8 (u4 crashes the stateful path)"),
         rollback_floor=None,
@@ -57,6 +59,8 @@ def _paged_capabilities(profile: Profile) -> Capabilities:
         exact_snapshot=Capability(False, restore),
         attention_scores=Capability(False, "openvino-genai aggregates attention scores inside its eviction and "
                                            "does not expose them"),
+        token_scores=Capability(False, "openvino-genai's ContinuousBatchingPipeline exposes no logits, only the "
+                                       "tokens it generates"),
         quantized_k=Capability(True, f"KEY_CACHE_PRECISION {' or '.join(QUANTIZED_TYPES)}"),
         quantized_v=Capability(True, f"VALUE_CACHE_PRECISION {' or '.join(QUANTIZED_TYPES)}"),
         rollback_floor=None,

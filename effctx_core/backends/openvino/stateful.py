@@ -21,7 +21,7 @@ from effctx_core.backends.openvino.convert import ConvertedModel
 from effctx_core.backends.openvino.info import model_info
 from effctx_core.backends.openvino.runtime import compiled_model, first_line, infer_inputs, plugin_config
 from effctx_core.backends.openvino.settings import options_of
-from effctx_core.backends.tape_session import TapeSession, check_trained_context, ms_since
+from effctx_core.backends.tape_session import TapeSession, check_trained_context, ms_since, token_logprobs
 from effctx_core.contract import DecodeConfig, PrefillProgress, ProgressSink, SessionSnapshot
 from effctx_core.errors import EffctxError
 
@@ -70,6 +70,47 @@ class OpenVINOStatefulSession(TapeSession):
             if progress is not None:
                 progress(PrefillProgress(stage, off + len(chunk), total, len(chunk), ms))
         return elapsed
+
+    def _append_scored(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> tuple[float, np.ndarray]:
+        """Append tokens one infer request each, scoring the token after each.
+
+        The IR outputs the logits of a request's last position only (convert.py builds it
+        with logits_of="last"), so every scored token is its own request: about one decode
+        step per token, where a prefill runs n_batch tokens in one. Chunks of n_batch
+        tokens are still the unit progress is reported (and a cancel honoured) by."""
+        total = len(tokens)
+        arr = np.asarray(tokens, dtype=np.int64)
+        scores = np.empty(total - 1, dtype=np.float64)
+        vocab = self._info.facts.vocab_size
+        # Until a chunk is done the held logits are not those of the resident tape.
+        self._logits_ok, self._logits = False, None
+        elapsed = 0.0
+        for off in range(0, total, self._n_batch):
+            chunk = arr[off : off + self._n_batch]
+            rows = np.empty((len(chunk), vocab), dtype=np.float32)
+            t0 = time.perf_counter_ns()
+            for j in range(len(chunk)):
+                past = len(self._resident)
+                try:
+                    self._request.infer(infer_inputs(chunk[j : j + 1], past))
+                except RuntimeError as exc:
+                    raise self._poison(f"OpenVINO failed at position {past}: {first_line(exc)}") from None
+                self._resident.append(int(chunk[j]))
+                rows[j] = self._request.get_tensor("logits").data[0, -1]
+            # Row j predicts the token after chunk[j]; the last row of the whole append
+            # predicts one not given yet and stays as the next-token logits.
+            targets = arr[off + 1 : off + len(chunk) + 1]
+            scores[off : off + len(targets)] = token_logprobs(rows[: len(targets)], targets)
+            self._logits, self._logits_ok = rows[-1].copy(), True
+            ms = ms_since(t0)
+            elapsed += ms
+            if progress is not None:
+                progress(PrefillProgress(stage, off + len(chunk), total, len(chunk), ms))
+        return elapsed, scores
+
+    def _next_logits(self) -> np.ndarray:
+        assert self._logits is not None  # set whenever _logits_ok is
+        return self._logits
 
     def _truncate(self, keep: int) -> None:
         if keep >= len(self._resident):
