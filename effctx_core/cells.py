@@ -95,8 +95,9 @@ def _cell(backend: Backend, name: str, profile: Profile, model_path: Path, model
 
 
 def _offer(info: ModelInfo, profile: Profile) -> str:
+    """What the cell allocates: not a claim about what it holds well (only a certificate
+    says that)."""
     if profile.residency.evicts:
-        return (f"no length limit: the {profile.residency.policy} policy keeps at most "
-                f"{profile.budget_tokens} tokens resident")
-    limit = info.max_context
-    return f"up to {limit.tokens} tokens ({limit.reason})"
+        return (f"the {profile.residency.policy} policy keeps at most {profile.budget_tokens} tokens resident "
+                "and evicts the rest")
+    return info.max_context.reason

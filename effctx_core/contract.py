@@ -428,7 +428,9 @@ class Backend(Protocol):
     def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
         """The KV layout of this context and what `memory_bytes` of cache buys per K/V
         type pair, as JSON-ready data with `layer_profile` and `capacity` keys, and `text`:
-        the lines `effctx info` prints of it."""
+        the lines `effctx info` prints of it. Each of `capacity["rows"]` names its
+        `kv_cache_type_k` / `kv_cache_type_v` and the `tokens` that memory holds (None
+        where the backend does not model that pair)."""
         ...
 
     def baseline(self, model_path: Path, profile: Profile) -> "Baseline":
@@ -481,5 +483,16 @@ class Baseline(Protocol):
     def raw(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun: ...
 
     def library(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun: ...
+
+    def control(self, prompt: Sequence[int], decode_tokens: int, stop: tuple[str, ...]) -> BaselineRun:
+        """One turn of a conversation the way a user would run it without effctx: the
+        library's own call, keeping whatever the library itself reuses from its previous
+        call (llama-cpp-python: the longest common prefix; openvino-genai: its prefix
+        cache). Greedy, streamed, stopping at `stop` and at end-of-generation tokens."""
+        ...
+
+    def forget(self) -> None:
+        """Drop everything `control` kept, as a new process of the user's program would."""
+        ...
 
     def close(self) -> None: ...

@@ -29,3 +29,10 @@ def own_config_dir(tmp_path_factory, monkeypatch):
     """No test reads or writes the user's real config folder (user profiles, remembered
     settings): every test gets an empty one of its own."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
+@pytest.fixture(autouse=True)
+def own_certificates(tmp_path_factory, monkeypatch):
+    """No test reads the user's certificates or leaves one behind: every test starts
+    with an empty certificate store (converted models stay shared in the data dir)."""
+    monkeypatch.setenv("EFFCTX_CERTIFICATES", str(tmp_path_factory.mktemp("certificates")))

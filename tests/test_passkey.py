@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from effctx_core.bench.workloads import passkey_prompt
+from effctx_core.bench.prompts import passkey_prompt
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.profiles import Profile

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from effctx_core.bench.workloads import filler_text
+from effctx_core.bench.prompts import filler_text
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.errors import EffctxError, UnsupportedFeatureError

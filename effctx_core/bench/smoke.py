@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
-from effctx_core.bench.workloads import passkey_prompt
+from effctx_core.bench.prompts import passkey_prompt
 from effctx_core.cancel import CancelToken
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine

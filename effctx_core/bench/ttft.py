@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from effctx_core.bench.workloads import PASSKEY_QUESTION, passkey_prompt
+from effctx_core.bench.prompts import PASSKEY_QUESTION, passkey_prompt
 from effctx_core.contract import DecodeConfig, TurnResult
 from effctx_core.engine import SessionEngine
 from effctx_core.profiles import Profile

@@ -6,7 +6,16 @@ import argparse
 import json
 import sys
 
-from effctx_core.cli.options import COUNT, add_runtime_options, number_list, prepared_model, profile_from_args
+from effctx_core.cli.options import (
+    COUNT,
+    add_runtime_options,
+    number_list,
+    prepared_model,
+    profile_from_args,
+    profiles_from_args,
+    stdout_console,
+    step_progress,
+)
 from effctx_core.errors import EffctxError
 
 
@@ -35,6 +44,19 @@ def add_parser(sub) -> None:
     ttft.add_argument("--lengths", default="1024", metavar="N,N,…", help="passkey prompt lengths in tokens (default 1024)")
     ttft.add_argument("--json", action="store_true")
 
+    workload = bench_sub.add_parser("run", help="a workload (agent loop, prefix edit, long document, long decode, "
+                                                 "branching) through effctx beside the library a user would run")
+    workload.add_argument("workload", metavar="WORKLOAD", help="a built-in workload name or a workload .toml file")
+    add_runtime_options(workload)
+    workload.add_argument("--no-control", action="store_true", help="effctx alone, without the library's control run")
+    workload.add_argument("--json", action="store_true")
+
+    verdict = bench_sub.add_parser("verdict", help="keep or drop each certified cell against the baseline cell, "
+                                                    "with the evidence")
+    add_runtime_options(verdict)
+    verdict.add_argument("--baseline", default=None, metavar="PROFILE", help="the baseline cell (default: exact)")
+    verdict.add_argument("--json", action="store_true")
+
     # Drawn with Textual, so effctx_tui's entry point runs it; listed here for --help.
     bench_sub.add_parser("residency", help="time a redraw of the residency view on a 128k-token tape")
     planner = bench_sub.add_parser("planner", help="time each residency policy on a long tape")
@@ -50,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         return cmd_bench_cell(args)
     if args.bench == "ttft":
         return cmd_bench_ttft(args)
+    if args.bench == "run":
+        return cmd_bench_run(args)
+    if args.bench == "verdict":
+        return cmd_bench_verdict(args)
     if args.bench == "residency":
         raise EffctxError("bench residency draws with Textual: run it as `effctx bench residency`")
     from effctx_core.bench.overhead import run_overhead
@@ -115,10 +141,7 @@ def cmd_bench_ttft(args: argparse.Namespace) -> int:
     from effctx_core.bench.ttft import run_ttft, ttft_table
 
     lengths = number_list(args.lengths, int, "--lengths", 64, 1_000_000)
-    names = [name.strip() for name in args.profile.split(",") if name.strip()]
-    if not names:
-        raise EffctxError("--profile names no profile")
-    profiles = [profile_from_args(argparse.Namespace(**{**vars(args), "profile": name})) for name in names]
+    profiles = profiles_from_args(args)
     for profile in profiles:
         if max(lengths) + 64 > profile.n_ctx:
             raise EffctxError(f"--lengths {max(lengths)} does not fit profile {profile.name!r} (n_ctx {profile.n_ctx}) "
@@ -132,4 +155,50 @@ def cmd_bench_ttft(args: argparse.Namespace) -> int:
         print(json.dumps([row.to_dict() for row in rows], indent=2))
         return 0
     print(ttft_table(rows))
+    return 0
+
+
+def cmd_bench_run(args: argparse.Namespace) -> int:
+    """Every profile of `--profile a,b,…` on the workload, each turn beside the control."""
+
+    from effctx_core.bench.workload_run import run_workload
+    from effctx_core.bench.workload_text import curve_text, summary_lines, totals_table, turn_table
+    from effctx_core.bench.workloads import load_workload
+
+    workload = load_workload(args.workload)
+    profiles = profiles_from_args(args)
+    models = [prepared_model(args, profile) for profile in profiles]
+    reports = []
+    with step_progress(args.json) as progress:
+        for profile, model in zip(profiles, models):
+            reports.append(run_workload(model, profile, workload, control=not args.no_control, progress=progress))
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reports], indent=2))
+        return 0
+    console = stdout_console()
+    for report in reports:
+        console.print(turn_table(report))
+    console.print(totals_table(reports))
+    for report in reports:
+        for line in summary_lines(report):
+            console.print(line, highlight=False)
+    print(curve_text(reports, width=min(console.width, 100), color=sys.stdout.isatty()))
+    return 0
+
+
+def cmd_bench_verdict(args: argparse.Namespace) -> int:
+    from effctx_core.certify.matrix import cell_matrix
+    from effctx_core.certify.verdict import verdicts
+    from effctx_core.cli.options import model_from_args
+    from effctx_core.profiles import DEFAULT_PROFILE_NAME
+
+    path = model_from_args(args, profile_from_args(args))
+    found = verdicts(cell_matrix(path, path.name), args.baseline or DEFAULT_PROFILE_NAME)
+    if args.json:
+        print(json.dumps([v.to_dict() for v in found], indent=2))
+        return 0
+    for v in found:
+        print(f"{v.profile:17}{v.backend:10}{v.verdict}")
+        for line in v.evidence:
+            print(f"    {line}")
     return 0

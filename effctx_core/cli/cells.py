@@ -1,36 +1,53 @@
-"""`effctx cells`: the cells this machine can run, backend x profile x model, with capabilities."""
+"""`effctx cells`: the certification matrix: every cell (backend x profile x model) with
+its status on this machine, what it may be said to hold, and its capabilities."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from effctx_core.cli.options import add_runtime_options, model_from_args, profile_from_args
+from effctx_core.cli.options import add_runtime_options, model_from_args, profile_from_args, stdout_console
+from effctx_core.contract import Capability
 
 
 def add_parser(sub) -> None:
-    cells = sub.add_parser("cells", help="the cells this machine can run: backend x profile x model, with capabilities")
+    cells = sub.add_parser("cells", help="the certification matrix: each cell (backend x profile x model) certified, "
+                                         "uncertified, failed or unsupported here, with its figures")
     add_runtime_options(cells)
     cells.add_argument("--json", action="store_true")
 
 
+def _yes(capability: Capability) -> str:
+    return "yes" if capability.supported else "no"
+
+
 def run(args: argparse.Namespace) -> int:
-    from effctx_core.cells import list_cells
+    from rich.table import Table
+
+    from effctx_core.certify.matrix import cell_matrix
 
     profile = profile_from_args(args)
     path = model_from_args(args, profile)
-    cells = list_cells(path, path.name)
+    matrix = cell_matrix(path, path.name)
     if args.json:
-        print(json.dumps([c.to_dict() for c in cells], indent=2))
+        print(json.dumps(matrix.to_dict(), indent=2))
         return 0
-    print(f"{'backend':9}{'profile':14}{'n_ctx':>7}  {'K/V':12}{'FA':4}{'policy':11}{'shift':7}{'exact':7}status")
-    for c in cells:
-        p = c.profile_record
-        kv = f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-"
+    table = Table(title=f"cells for {path.name} on this machine", title_justify="left")
+    for column in ("backend", "profile", "K/V", "policy", "shift", "exact", "status", "context",
+                   "prefill tok/s", "decode tok/s", "why"):
+        table.add_column(column, justify="right" if "tok/s" in column else "left")
+    for row in matrix.rows:
+        c, p = row.cell, row.cell.profile_record
         caps = c.info.capabilities if c.info else None
-        print(f"{c.backend:9}{c.profile:14}{(c.info.n_ctx if c.info else 0):>7}  {kv:12}"
-              f"{('on' if p and p.flash_attn else 'off') if p else '-':4}{(p.residency.policy if p else '-'):11}"
-              f"{('yes' if caps.position_shift.supported else 'no') if caps else '-':7}"
-              f"{('yes' if caps.exact_snapshot.supported else 'no') if caps else '-':7}"
-              f"{'ok: ' if c.runnable else 'unsupported: '}{c.reason}")
+        figures = row.figures()
+        table.add_row(c.backend, c.profile, f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-",
+                      p.residency.policy if p else "-", _yes(caps.position_shift) if caps else "-",
+                      _yes(caps.exact_snapshot) if caps else "-", row.status,
+                      str(row.certified_tokens) if row.certified_tokens else "-",
+                      f"{figures['prefill_tps']:.0f}" if figures else "-",
+                      f"{figures['decode_tps']:.1f}" if figures else "-", row.note)
+    console = stdout_console()
+    console.print(table)
+    for line in matrix.damaged:
+        console.print(f"damaged certificate (left in place): {line}", highlight=False)
     return 0

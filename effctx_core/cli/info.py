@@ -8,6 +8,7 @@ import json
 from effctx_core.cli.options import add_runtime_options, model_from_args, profile_from_args
 from effctx_core.cli.profiles import profile_dict
 from effctx_core.contract import ModelInfo
+from effctx_core.profiles import Profile
 from effctx_core.transcript import chat_format_report
 
 
@@ -72,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     data["profile"] = profile_dict(profile)
     data.update(backend.capacity_report(info, profile, memory))
     text = data.pop("text")
+    status, why, certificate = certification(info, profile)
+    data["certification"] = {"status": status, "reason": why,
+                             "certified_tokens": certificate["context"]["certified"] if certificate else None}
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -100,4 +104,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {lim['name']:10} {lim['tokens']:>7} tokens  {lim['reason']}")
     for line in text:
         print(line)
+    print(f"certificate  {why}" if status == "certified" else f"certificate  {status}: {why}")
     return 0
+
+
+def certification(info: ModelInfo, profile: Profile) -> tuple[str, str, dict | None]:
+    """The cell's standing in the certification matrix on this machine."""
+    from effctx_core.certify.matrix import here_for, standing, stored_documents
+    from effctx_core.certify.store import CertificateStore
+
+    documents, _damaged = stored_documents(CertificateStore())
+    return standing(documents, here_for(info, profile))

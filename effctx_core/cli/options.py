@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Callable, Iterator, NoReturn
 
 from effctx_core.contract import DecodeConfig
 from effctx_core.errors import EffctxError
@@ -53,9 +54,13 @@ COUNT = number(int, at_least=1)  # rounds, tokens to generate or measure: zero m
 NON_NEGATIVE = number(int, at_least=0)
 
 
-def add_runtime_options(p: argparse.ArgumentParser) -> None:
-    """The options every command that runs a model shares."""
-    p.add_argument("--profile", metavar="NAME|PATH", help=f"a runtime profile (default: {DEFAULT_PROFILE_NAME})")
+def add_runtime_options(p: argparse.ArgumentParser, profile_default: str = DEFAULT_PROFILE_NAME) -> None:
+    """The options every command that runs a model shares; `profile_default` says what
+    the command runs without --profile."""
+    p.add_argument("--profile", metavar="NAME|PATH|auto", help=f"a runtime profile (default: {profile_default}; "
+                   "auto: the certified cell that did best on --workload)")
+    p.add_argument("--workload", dest="auto_workload", metavar="NAME",
+                   help="with --profile auto: the workload to choose for (default: agent-loop)")
     p.add_argument("--model", metavar="PATH", help="a GGUF model file (default: the profile's, else the embedded Gemma 3 270M)")
     p.add_argument("--n-ctx", type=number(int, at_least=16), metavar="N", help="context size in tokens (overrides the profile)")
     p.add_argument("--threads", type=NON_NEGATIVE, metavar="N", help="CPU threads (overrides the profile; 0 = all free cores)")
@@ -76,14 +81,71 @@ def decode_config_from_args(args: argparse.Namespace) -> DecodeConfig:
     return DecodeConfig(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
 
 
+AUTO_PROFILE = "auto"
+
+
+def auto_profile(args: argparse.Namespace) -> str:
+    """`--profile auto`: the certified cell that did best on the workload (`--workload`,
+    or the one a `bench run` names), said in one line on stderr."""
+    from effctx_core.certify.matrix import cell_matrix
+    from effctx_core.certify.selection import select_profile
+    from effctx_core.models import resolve_model
+
+    path = resolve_model(getattr(args, "model", None), progress=stderr_progress())
+    workload = getattr(args, "auto_workload", None) or getattr(args, "workload", None)
+    selection = select_profile(cell_matrix(path, path.name), workload)
+    print(f"effctx: {selection.reason}", file=sys.stderr, flush=True)
+    return selection.profile
+
+
 def profile_from_args(args: argparse.Namespace) -> Profile:
-    profile = load_profile(args.profile)
+    name = auto_profile(args) if args.profile == AUTO_PROFILE else args.profile
+    profile = load_profile(name)
     changes = {}
     if args.n_ctx is not None:
         changes["n_ctx"] = args.n_ctx
     if args.threads is not None:
         changes["threads"] = args.threads
     return profile.with_changes(**changes) if changes else profile
+
+
+def profiles_from_args(args: argparse.Namespace) -> list[Profile]:
+    """`--profile a,b,…`: every profile, each checked before any model loads."""
+    names = [name.strip() for name in (args.profile or DEFAULT_PROFILE_NAME).split(",") if name.strip()]
+    if not names:
+        raise EffctxError("--profile names no profile")
+    return [profile_from_args(argparse.Namespace(**{**vars(args), "profile": name})) for name in names]
+
+
+@contextmanager
+def step_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
+    """Progress through a run of steps (benchmark turns, certification stages): a live
+    bar on a terminal, one line per step otherwise, nothing under --json."""
+    if quiet:
+        yield lambda message, done, total: None
+        return
+    if not sys.stderr.isatty():
+        yield lambda message, done, total: print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def report(message: str, done: int, total: int) -> None:
+            bar.update(task, description=message, completed=done, total=total)
+
+        yield report
+
+
+def stdout_console():
+    """A rich console for tables on stdout: a pipe or a file gets the whole width of a
+    table, not the 80 columns rich assumes there."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=150)
 
 
 def runtime_warnings(profile: Profile) -> list[str]:

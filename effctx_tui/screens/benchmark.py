@@ -1,5 +1,6 @@
 """The benchmark screen: the running cell's throughput with the passkey smoke beside it,
-run in a worker on sessions of their own, with progress; Esc cancels."""
+or a workload's turns beside the library's control with the TTFT curve, each run in a
+worker on sessions of their own, with progress; Esc cancels."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+from textual_plotext import PlotextPlot
 
 from effctx_core.bench.cell import CellBenchPlan, CellBenchReport, run_cell_bench
+from effctx_core.bench.workload_run import WorkloadReport, run_workload
+from effctx_core.bench.workload_text import TURN_COLUMNS, curve_series, summary_lines, turn_cells, turn_table_title
+from effctx_core.bench.workloads import load_workload
 from effctx_core.cancel import CancelToken
 from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.profiles import Profile
@@ -28,9 +33,14 @@ def _number(value: float, places: int) -> Text:
     return Text(f"{value:,.{places}f}", justify="right")
 
 
+def _workload_title(workload: str) -> str:
+    return f"Workload {workload}: each turn through effctx beside the library's own control (ctl), times in ms"
+
+
 class BenchmarkScreen(Screen):
     BINDINGS = [
         Binding("r", "run", "Run"),
+        Binding("w", "workload", "Workload"),
         Binding("escape", "back", "Back / cancel"),
     ]
     DEFAULT_CSS = """
@@ -43,6 +53,10 @@ class BenchmarkScreen(Screen):
         #bench-label { width: 1fr; }
         .bench-title { padding: 1 1 0 1; text-style: bold; }
         DataTable { height: auto; max-height: 50%; margin: 0 1; }
+        #bench-curve { height: 1fr; min-height: 10; margin: 0 1; }
+        .workload-part { display: none; }
+        &.-workload .cell-part { display: none; }
+        &.-workload .workload-part { display: block; }
     }
     """
 
@@ -56,11 +70,19 @@ class BenchmarkScreen(Screen):
             super().__init__()
             self.report, self.error, self.cancelled = report, error, cancelled
 
+    class WorkloadFinished(Message):
+        def __init__(self, report: WorkloadReport | None, error: str | None, cancelled: bool = False) -> None:
+            super().__init__()
+            self.report, self.error, self.cancelled = report, error, cancelled
+
     def __init__(self, model_path: Path, profile: Profile, plan: CellBenchPlan,
-                 is_busy: Callable[[], bool] = lambda: False) -> None:
+                 is_busy: Callable[[], bool] = lambda: False, workload: str = "agent-loop") -> None:
+        """`workload`: what `w` runs, a built-in workload's name or a .toml file's path."""
         super().__init__()
         self.model_path, self.profile, self.plan, self._is_busy = model_path, profile, plan, is_busy
+        self.workload = workload
         self.report: CellBenchReport | None = None
+        self.workload_report: WorkloadReport | None = None
         self._token: CancelToken | None = None
         self.title = "Benchmark"
 
@@ -75,22 +97,32 @@ class BenchmarkScreen(Screen):
             f"The running cell ({self.profile.name}) on sessions of its own; the conversation is not touched.\n"
             f"Throughput: a {p.prompt_tokens}-token prompt, {p.decode_tokens} decoded, {p.rounds} rounds of the engine "
             f"against the backend's direct loop and its library's own API. Quality: the passkey smoke at {p.passkey_length(self.profile)} tokens, "
-            f"depths {', '.join(str(d) for d in p.depths)}. r runs, Esc cancels.",
+            f"depths {', '.join(str(d) for d in p.depths)}. r runs; w runs the workload {self.workload} instead, each turn "
+            f"beside the library's own control, with the TTFT curve. Esc cancels.",
             id="bench-note",
         )
         with Horizontal(id="bench-progress-row"):
             yield Label("", id="bench-label")
             yield ProgressBar(id="bench-progress", show_eta=False)
-        yield Label(THROUGHPUT_TITLE, classes="bench-title")
-        yield DataTable(id="bench-throughput", cursor_type="none")
-        yield Label("Answer quality (passkey)", classes="bench-title")
-        yield DataTable(id="bench-quality", cursor_type="none")
+        yield Label(THROUGHPUT_TITLE, classes="bench-title cell-part")
+        yield DataTable(id="bench-throughput", cursor_type="none", classes="cell-part")
+        yield Label("Answer quality (passkey)", classes="bench-title cell-part")
+        yield DataTable(id="bench-quality", cursor_type="none", classes="cell-part")
+        yield Label(_workload_title(self.workload), id="bench-turns-title", classes="bench-title workload-part")
+        yield DataTable(id="bench-turns", cursor_type="none", classes="workload-part")
+        yield PlotextPlot(id="bench-curve", classes="workload-part")
         yield Static("", id="bench-summary")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#bench-throughput", DataTable).add_columns("", "prefill tok/s", "decode tok/s")
         self.query_one("#bench-quality", DataTable).add_columns("depth", "key", "answer", "verdict", "TTFT ms")
+        self.query_one("#bench-turns", DataTable).add_columns(
+            *(Text(name, justify="right" if justify == "right" else "left") for name, justify in TURN_COLUMNS))
+        plt = self.query_one("#bench-curve", PlotextPlot).plt
+        plt.title("time to first token against the tokens effctx computed in the turn")
+        plt.xlabel("tokens computed")
+        plt.ylabel("TTFT ms")
 
     def action_run(self) -> None:
         if self.running:
@@ -98,16 +130,36 @@ class BenchmarkScreen(Screen):
         if self._is_busy():
             self.notify("A reply is still running; Esc on the session screen stops it.", severity="warning")
             return
-        for table in self.query(DataTable):
+        for table in self.query("DataTable.cell-part").results(DataTable):
             table.clear()
+        self.remove_class("-workload")
         self.query_one("#bench-summary", Static).update("")
         self._token = CancelToken()
         self.query_one("#bench-progress-row").add_class("-running")
         self._show_progress("starting", 0, self.plan.steps)
         self._run(self._token)
 
-    def action_back(self) -> None:
+    def action_workload(self) -> None:
         if self.running:
+            return
+        if self._is_busy():
+            self.notify("A reply is still running; Esc on the session screen stops it.", severity="warning")
+            return
+        self.workload_report = None
+        self.query_one("#bench-turns", DataTable).clear()
+        self.query_one("#bench-turns-title", Label).update(_workload_title(self.workload))
+        plot = self.query_one("#bench-curve", PlotextPlot)
+        plot.plt.clear_data()
+        plot.refresh()
+        self.add_class("-workload")
+        self.query_one("#bench-summary", Static).update("")
+        self._token = CancelToken()
+        self.query_one("#bench-progress-row").add_class("-running")
+        self._show_progress("starting", 0, None)  # the steps are known once the workload is read
+        self._run_workload(self._token)
+
+    def action_back(self) -> None:
+        if self._token is not None:
             self._token.cancel()
             self.query_one("#bench-label", Label).update("cancelling…")
         else:
@@ -117,7 +169,7 @@ class BenchmarkScreen(Screen):
     def _run(self, token: CancelToken) -> None:
         try:
             report = run_cell_bench(self.model_path, self.profile, self.plan,
-                                    progress=lambda m, d, t: self.post_message(self.Progress(m, d, t)), cancel=token)
+                                    progress=self._post_progress, cancel=token)
         except Cancelled as exc:
             self.post_message(self.Finished(None, str(exc), cancelled=True))
         except EffctxError as exc:
@@ -125,20 +177,43 @@ class BenchmarkScreen(Screen):
         else:
             self.post_message(self.Finished(report, None))
 
-    def _show_progress(self, message: str, done: int, total: int) -> None:
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def _run_workload(self, token: CancelToken) -> None:
+        try:
+            report = run_workload(self.model_path, self.profile, load_workload(self.workload), control=True,
+                                  progress=self._post_progress, cancel=token)
+        except Cancelled as exc:
+            self.post_message(self.WorkloadFinished(None, str(exc), cancelled=True))
+        except EffctxError as exc:
+            self.post_message(self.WorkloadFinished(None, str(exc)))
+        else:
+            self.post_message(self.WorkloadFinished(report, None))
+
+    def _post_progress(self, message: str, done: int, total: int) -> None:
+        self.post_message(self.Progress(message, done, total))
+
+    def _show_progress(self, message: str, done: int, total: int | None) -> None:
         self.query_one("#bench-label", Label).update(message)
         self.query_one("#bench-progress", ProgressBar).update(total=total, progress=done)
 
     def on_benchmark_screen_progress(self, message: Progress) -> None:
-        if self.running and not self._token.cancelled:
+        if self._token is not None and not self._token.cancelled:
             self._show_progress(message.message, message.done, message.total)
 
-    def on_benchmark_screen_finished(self, message: Finished) -> None:
+    def _ended(self, message: Finished | WorkloadFinished) -> Static | None:
+        """A run ended: the progress row goes; the summary line, unless it failed or was
+        cancelled, which the summary then says."""
         self._token = None
         self.query_one("#bench-progress-row").remove_class("-running")
         summary = self.query_one("#bench-summary", Static)
         if message.report is None:
-            summary.update(Text(message.error, style="" if message.cancelled else "red"))
+            summary.update(Text(message.error or "", style="" if message.cancelled else "red"))
+            return None
+        return summary
+
+    def on_benchmark_screen_finished(self, message: Finished) -> None:
+        summary = self._ended(message)
+        if summary is None or message.report is None:
             return
         self.report = report = message.report
         t = report.throughput.to_dict()
@@ -153,6 +228,27 @@ class BenchmarkScreen(Screen):
             verdict = Text(trial.verdict, style="" if trial.correct else "bold red")
             quality.add_row(f"{trial.depth:.2f}", trial.key, trial.answer[:40], verdict, _number(trial.ttft_ms, 0))
         summary.update(report.summary())
+
+    def on_benchmark_screen_workload_finished(self, message: WorkloadFinished) -> None:
+        summary = self._ended(message)
+        if summary is None or message.report is None:
+            return
+        self.workload_report = report = message.report
+        self.query_one("#bench-turns-title", Label).update(turn_table_title(report))
+        turns = self.query_one("#bench-turns", DataTable)
+        for turn in report.turns:
+            turns.add_row(*(Text(cell, justify="right" if justify == "right" else "left")
+                            for cell, (_, justify) in zip(turn_cells(turn), TURN_COLUMNS)))
+        plot = self.query_one("#bench-curve", PlotextPlot)
+        (xs, ys), (control_xs, control_ys) = curve_series(report)
+        # Rendering the empty plot fixed its limits at -1..1, which would leave every point
+        # outside it (and plotext failing on the legend); clearing the data resets them.
+        plot.plt.clear_data()
+        plot.plt.scatter(xs, ys, label="effctx", marker="dot")
+        if control_xs:
+            plot.plt.scatter(control_xs, control_ys, label=f"control: {report.control_name}", marker="x")
+        plot.refresh()
+        summary.update("\n".join(summary_lines(report)))
 
     def on_unmount(self) -> None:
         if self._token is not None:

@@ -1,5 +1,6 @@
-"""The cells screen: what this machine can run, each cell's capabilities and limits, and a
-live swap of the running conversation to another cell."""
+"""The cells screen: the certification matrix (what this machine can run, each cell's
+standing, capabilities, limits and keep/drop verdict) and a live swap of the running
+conversation to another cell."""
 
 from __future__ import annotations
 
@@ -15,18 +16,23 @@ from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
 from effctx_core.backends.registry import backend_keys
 from effctx_core.cells import Cell
+from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, Matrix, MatrixRow
+from effctx_core.certify.verdict import Verdict, verdicts
 from effctx_core.engine import SwapResult
 from effctx_core.errors import Cancelled, EffctxError
 
-COLUMNS = ("backend", "profile", "n_ctx", "K/V", "FA", "swa_full", "policy", "shift", "exact replay", "status")
+COLUMNS = ("backend", "profile", "n_ctx", "K/V", "FA", "swa_full", "policy", "shift", "exact replay",
+           "certification", "verdict")
+_STANDING_STYLE = {CERTIFIED: "green", UNCERTIFIED: "yellow", FAILED: "red"}
 
 
-def cell_row(cell: Cell, current: str | None) -> list[Text | str]:
+def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None) -> list[Text | str]:
+    cell = row.cell
     p, info = cell.profile_record, cell.info
     caps = info.capabilities if info else None
     yes_no = lambda flag: "yes" if flag else "no"  # noqa: E731
     name = Text(("● " if cell.profile == current else "  ") + cell.profile, style="bold" if cell.profile == current else "")
-    status = Text(cell.reason, style="" if cell.runnable else "red")
+    standing = Text(row.advertised, style=_STANDING_STYLE.get(row.status, "dim"))
     return [
         cell.backend,
         name,
@@ -37,7 +43,8 @@ def cell_row(cell: Cell, current: str | None) -> list[Text | str]:
         p.residency.policy if p else "-",
         yes_no(caps.position_shift.supported) if caps else "-",
         yes_no(caps.exact_snapshot.supported) if caps else "-",
-        status,
+        standing,
+        verdict.verdict if verdict is not None else "-",
     ]
 
 
@@ -67,11 +74,11 @@ class CellsScreen(Screen):
             self.cancelled = cancelled
 
     class Loaded(Message):
-        def __init__(self, cells: list[Cell]) -> None:
+        def __init__(self, matrix: Matrix) -> None:
             super().__init__()
-            self.cells = cells
+            self.matrix = matrix
 
-    def __init__(self, load: Callable[[], list[Cell]], swap: Callable[[Cell], SwapResult] | None,
+    def __init__(self, load: Callable[[], Matrix], swap: Callable[[Cell], SwapResult] | None,
                  current: Callable[[], str | None], is_busy: Callable[[], bool] = lambda: False,
                  cancel: Callable[[], None] = lambda: None,
                  prepare: Callable[[Cell, Callable[[str, int, int], None]], None] | None = None) -> None:
@@ -82,6 +89,9 @@ class CellsScreen(Screen):
         # second Enter on it goes ahead.
         self._asked: str | None = None
         self.cells: list[Cell] = []
+        self.rows: list[MatrixRow] = []
+        self.verdicts: dict[str, Verdict] = {}
+        self.verdict_note = ""
         self.swapping = False
         self.title = "Cells"
 
@@ -102,25 +112,35 @@ class CellsScreen(Screen):
         self.post_message(self.Loaded(self._load()))
 
     def on_cells_screen_loaded(self, message: Loaded) -> None:
-        self.cells = message.cells
+        self.rows = list(message.matrix.rows)
+        self.cells = [row.cell for row in self.rows]
+        try:
+            self.verdicts = {v.profile: v for v in verdicts(message.matrix)}
+            self.verdict_note = ""
+        except EffctxError as exc:
+            self.verdicts, self.verdict_note = {}, f"no keep/drop verdicts: {exc}"
         self._fill()
         runnable = sum(c.runnable for c in self.cells)
+        certified = len(message.matrix.certified())
+        damaged = f" · {len(message.matrix.damaged)} damaged certificate(s) left in place" if message.matrix.damaged else ""
         self.query_one("#cells-note", Static).update(
-            f"{len(self.cells)} cells, {runnable} runnable here · ● the running cell · Enter swaps the conversation to the selected cell")
+            f"{len(self.cells)} cells, {runnable} runnable here, {certified} certified{damaged} · ● the running cell · "
+            "Enter swaps the conversation to the selected cell")
 
     def _fill(self) -> None:
         table = self.query_one(DataTable)
         table.clear()
         current = self._current()
-        for cell in self.cells:
-            table.add_row(*cell_row(cell, current))
+        for row in self.rows:
+            table.add_row(*cell_row(row, current, self.verdicts.get(row.cell.profile)))
         table.focus()
 
     @on(DataTable.RowHighlighted)
     def _detail(self, event: DataTable.RowHighlighted) -> None:
         if not 0 <= event.cursor_row < len(self.cells):
             return
-        cell = self.cells[event.cursor_row]
+        row = self.rows[event.cursor_row]
+        cell = row.cell
         text = Text()
         text.append(f"{cell.backend} · {cell.profile} · {cell.device} · {cell.model}\n", style="bold")
         if cell.info is not None:
@@ -132,7 +152,14 @@ class CellsScreen(Screen):
             text.append(f"rollback: {caps.safe_rollback}\n", style="dim")
             for key, note in caps.notes.items():
                 text.append(f"{key}: {note}\n", style="dim")
-        text.append(("runs: " if cell.runnable else "unsupported: ") + cell.reason)
+        text.append(("runs: " if cell.runnable else "unsupported: ") + cell.reason + "\n")
+        text.append(f"{row.advertised}: {row.note}", style=_STANDING_STYLE.get(row.status, "dim"))
+        verdict = self.verdicts.get(cell.profile)
+        if verdict is not None:
+            text.append(f"\nverdict: {verdict.verdict}\n", style="bold")
+            text.append("\n".join(f"  {line}" for line in verdict.evidence), style="dim")
+        elif self.verdict_note:
+            text.append(f"\n{self.verdict_note}", style="dim")
         if cell.preparation:
             text.append(f"\nfirst use: {cell.preparation}", style="yellow")
         self.query_one("#cells-detail", Static).update(text)

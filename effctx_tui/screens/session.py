@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
 from effctx_core.backends.registry import get_backend
-from effctx_core.cells import list_cells
+from effctx_core.certify.matrix import cell_matrix
 from effctx_core.contract import DecodeConfig, TurnResult
 from effctx_core.engine import NodeRestore
 from effctx_core.errors import EffctxError
@@ -266,7 +266,7 @@ class SessionScreen(Screen):
         if not self.ready or engine is None:
             return
         self._cells_screen = CellsScreen(
-            load=lambda: list_cells(engine.model_path, engine.model_path.name),
+            load=lambda: cell_matrix(engine.model_path, engine.model_path.name),
             swap=lambda cell: engine.swap(cell.profile_record),
             current=lambda: engine.profile.name,
             is_busy=lambda: self.busy,

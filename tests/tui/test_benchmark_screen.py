@@ -1,13 +1,16 @@
-"""The benchmark screen on the real default model: throughput beside quality, progress,
-and Esc cancelling a run."""
+"""The benchmark screen on the real default model: throughput beside quality, a workload's
+turns beside the library's control with the TTFT curve, progress, and Esc cancelling a run."""
 
 from __future__ import annotations
 
 from pilot_wait import wait_for
+from small_workload import write_small_workload
 from textual import events
 from textual.widgets import DataTable, ProgressBar, Static
+from textual_plotext import PlotextPlot
 
 from effctx_core.bench.cell import CellBenchPlan
+from effctx_core.bench.workload_text import turn_cells
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.benchmark import BenchmarkScreen
 
@@ -26,6 +29,23 @@ async def open_bench(pilot, app: EffctxApp) -> BenchmarkScreen:
     # mounted, so its keys are live (a key pressed before lands on the screen below)
     await wait_for(pilot, lambda: bench.query_one("#bench-throughput", DataTable).columns)
     return bench
+
+
+async def open_workload_bench(pilot, app: EffctxApp, workload: str) -> BenchmarkScreen:
+    """The screen as Ctrl+B opens it, with `w` running `workload` (a .toml file's path)."""
+    await wait_for(pilot, lambda: app.session_screen.ready)
+    engine = app.engine
+    bench = BenchmarkScreen(engine.model_path, engine.profile, app.bench_plan, is_busy=lambda: app.session_screen.busy,
+                            workload=workload)
+    await app.push_screen(bench)
+    await wait_for(pilot, lambda: bench.query_one("#bench-turns", DataTable).columns)
+    return bench
+
+
+def series(plot: PlotextPlot) -> list[tuple[str, list, list]]:
+    """What the plot was given: (label, xs, ys) per series."""
+    monitor = plot.plt.monitor
+    return list(zip(monitor.label, monitor.x, monitor.y))
 
 
 async def test_a_run_fills_throughput_and_passkey_quality_side_by_side(default_model):
@@ -62,3 +82,71 @@ async def test_escape_cancels_a_running_benchmark_and_a_second_escape_goes_back(
         assert bench.query_one("#bench-throughput", DataTable).row_count == 0 and bench.report is None
         await pilot.press("escape")
         assert app.screen is app.session_screen
+
+
+async def test_a_workload_run_fills_the_turn_table_one_row_per_turn(default_model, tmp_path):
+    app = EffctxApp(checkpoints=None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        bench = await open_workload_bench(pilot, app, str(write_small_workload(tmp_path)))
+        await pilot.press("w")
+        await wait_for(pilot, lambda: bench.workload_report is not None, seconds=300)
+        bar = bench.query_one("#bench-progress", ProgressBar)
+        assert not bench.running and (bar.total, bar.progress) == (5, 5)
+        table = bench.query_one("#bench-turns", DataTable)
+        assert [str(c.label) for c in table.columns.values()] == [
+            "turn", "kind", "prompt", "reused", "computed", "TTFT", "ctl TTFT", "wall", "ctl wall", "ctl/effctx"]
+        rows = cells(table)
+        assert [row[:2] for row in rows] == [
+            ["turn 1", "cold"], ["turn 2", "suffix"], ["turn 3 (prefix edited)", "edit"], ["read-first 1", "branch"],
+            ["turn 1, new process", "second-process"]]
+        assert rows == [turn_cells(t) for t in bench.workload_report.turns]
+        assert all(row[6] != "-" and row[9].endswith("x") for row in rows)  # every turn beside the control
+        assert bench.query_one("#bench-throughput", DataTable).display is False  # the workload's area is shown
+        assert app.engine.tape == ()  # the conversation was not touched
+
+
+async def test_a_workload_run_plots_ttft_against_computed_tokens_for_effctx_and_the_control(default_model, tmp_path):
+    app = EffctxApp(checkpoints=None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        bench = await open_workload_bench(pilot, app, str(write_small_workload(tmp_path)))
+        await pilot.press("w")
+        await wait_for(pilot, lambda: bench.workload_report is not None, seconds=300)
+        plot = bench.query_one("#bench-curve", PlotextPlot)
+        assert plot.display and plot.size.height >= 10
+        points = bench.workload_report.curve()
+        assert len(points) == 5
+        assert series(plot) == [
+            ("effctx", [p[0] for p in points], [p[1] for p in points]),
+            ("control: Llama.create_completion (llama-cpp-python)", [p[0] for p in points], [p[2] for p in points]),
+        ]
+        assert (plot.plt.monitor.xlabel[0], plot.plt.monitor.ylabel[0]) == ("tokens computed", "TTFT ms")
+
+
+async def test_escape_cancels_a_running_workload(default_model, tmp_path):
+    app = EffctxApp(checkpoints=None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        bench = await open_workload_bench(pilot, app, str(write_small_workload(tmp_path)))
+        await pilot.press("w")
+        bar = bench.query_one("#bench-progress", ProgressBar)
+        await wait_for(pilot, lambda: bar.progress >= 1, seconds=300)  # the first turn is done, the second runs
+        app.post_message(events.Key("escape", None))
+        await wait_for(pilot, lambda: not bench.running, seconds=120)
+        assert str(bench.query_one("#bench-summary", Static).render()) == "benchmark cancelled"
+        assert bench.query_one("#bench-turns", DataTable).row_count == 0 and bench.workload_report is None
+        assert series(bench.query_one("#bench-curve", PlotextPlot)) == []
+
+
+async def test_r_while_a_workload_runs_does_nothing(default_model, tmp_path):
+    app = EffctxApp(checkpoints=None)
+    app.bench_plan = SMALL
+    async with app.run_test(size=(120, 40)) as pilot:
+        bench = await open_workload_bench(pilot, app, str(write_small_workload(tmp_path)))
+        await pilot.press("w")
+        bar = bench.query_one("#bench-progress", ProgressBar)
+        await wait_for(pilot, lambda: bar.progress >= 1, seconds=300)
+        token = bench._token
+        app.post_message(events.Key("r", "r"))
+        app.post_message(events.Key("escape", None))
+        await wait_for(pilot, lambda: not bench.running, seconds=120)
+        assert token.cancelled and bench.report is None and bench.has_class("-workload")
+        assert str(bench.query_one("#bench-summary", Static).render()) == "benchmark cancelled"

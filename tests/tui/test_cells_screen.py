@@ -118,3 +118,43 @@ async def test_a_cell_that_must_convert_first_says_what_it_costs_and_waits_for_a
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.engine.profile.name == "ov-exact" and not cells.swapping)
         assert app.engine.tape == tape and (tmp_path / "data" / "effctx" / "openvino").is_dir()
+
+
+def _certificate_here(default_model, profile_name: str) -> dict:
+    """A certificate of the example figures that counts here for `profile_name`."""
+    from effctx_core.backends.registry import get_backend
+    from effctx_core.certify.certificate import example_document
+    from effctx_core.certify.hardware import this_machine
+    from effctx_core.certify.runner import profile_digest
+    from effctx_core.profiles import load_profile
+
+    profile = load_profile(profile_name)
+    info = get_backend(profile.backend).describe(default_model, profile)
+    doc = example_document()
+    doc["hardware"] = this_machine().to_dict()
+    doc["cell"].update(profile=profile_name, profile_digest=profile_digest(profile), backend_version=info.backend_version)
+    doc["cell"]["model"]["sha256"] = info.identity.model_sha256
+    return doc
+
+
+async def test_the_cells_screen_shows_each_cells_standing_and_its_verdict(default_model, tmp_path, monkeypatch):
+    from effctx_core.certify.store import CertificateStore
+
+    CertificateStore(tmp_path).save(_certificate_here(default_model, "exact"))
+    monkeypatch.setenv("EFFCTX_CERTIFICATES", str(tmp_path))
+    app = EffctxApp(max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(160, 40)) as pilot:
+        cells, _tape = await _cells_after_one_turn(pilot, app)
+        standing = {r.cell.profile: r.advertised for r in cells.rows}
+        assert standing["exact"] == "certified up to 1024 tokens"
+        assert {standing[p] for p in ("fast-long", "q8", "streaming", "ov-exact")} == {"uncertified"}
+        assert {p: v.verdict for p, v in cells.verdicts.items() if p in ("exact", "q8")} == {
+            "exact": "baseline", "q8": "no verdict"}
+        table = cells.query_one(DataTable)
+        assert str(table.get_row_at(0)[-2]) == "certified up to 1024 tokens"
+        table.move_cursor(row=1)
+        table.move_cursor(row=0)
+        await pilot.pause()
+        detail = str(cells.query_one("#cells-detail", Static).render())
+        assert "certified up to 1024 tokens: every gate passed up to 1024 tokens" in detail
+        assert "verdict: baseline" in detail

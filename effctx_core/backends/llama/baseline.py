@@ -3,9 +3,10 @@
 - raw: the plain loop over the C API: llama_decode in n_batch chunks, then greedy
   sampling one token at a time, on a context with the profile's exact parameters;
 - library: what a user would run instead of effctx, llama-cpp-python's high-level
-  `Llama.create_completion`, with the same context settings and thread count.
-
-Each run starts from an empty cache, so every prompt token is prefilled.
+  `Llama.create_completion`, with the same context settings and thread count; each run
+  starts from an empty cache, so every prompt token is prefilled;
+- control: the same call turn after turn of a conversation, reusing what the library
+  reuses by itself.
 """
 
 from __future__ import annotations
@@ -97,27 +98,41 @@ class LlamaBaseline:
     def library(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun:
         """Streamed, as an interactive user would: the prefill ends where the first token
         arrives; the decode runs from there to the last. Greedy (temperature 0)."""
+        self.forget()  # otherwise it reuses the prompt it saw in the previous run
+        return self._stream(prompt, decode_tokens, ())
+
+    def control(self, prompt: Sequence[int], decode_tokens: int, stop: tuple[str, ...]) -> BaselineRun:
+        # create_completion reuses the longest common prefix with the tokens it holds
+        # from its previous call by itself (where llama.cpp can cut the cache there).
+        return self._stream(prompt, decode_tokens, stop)
+
+    def forget(self) -> None:
+        if self._llama is not None:
+            self._llama.reset()
+
+    def _stream(self, prompt: Sequence[int], decode_tokens: int, stop: tuple[str, ...]) -> BaselineRun:
         llm = self._library()
-        llm.reset()  # otherwise it reuses the prompt it saw in the previous run
         out: list[int] = []
+        first: list[int] = []
 
         def record(_ids: npt.NDArray[np.intc], logits: npt.NDArray[np.single]) -> npt.NDArray[np.single]:
-            # Called once per sampled token with its logits: greedy takes their argmax.
+            # Called once per sampled token with its logits, so the first call is where
+            # the prefill ended; greedy takes their argmax.
+            if not first:
+                first.append(time.perf_counter_ns())
             out.append(int(np.argmax(logits)))
             return logits
 
         t0 = time.perf_counter_ns()
-        t_first = None
         stream = llm.create_completion(list(prompt), max_tokens=decode_tokens, temperature=0.0, stream=True,
-                                       logits_processor=llama_cpp.LogitsProcessorList([record]))
+                                       stop=list(stop), logits_processor=llama_cpp.LogitsProcessorList([record]))
         for _chunk in stream:
-            if t_first is None:
-                t_first = time.perf_counter_ns()
+            pass
         t_end = time.perf_counter_ns()
         if out and self._model.is_eog(out[-1]):
             out.pop()  # the end-of-generation token ends the stream; it is not output
-        first = t_first or t_end
-        return BaselineRun(len(prompt), _ms(t0, first), len(out), _ms(first, t_end), tuple(out))
+        t_first = first[0] if first else t_end
+        return BaselineRun(len(prompt), _ms(t0, t_first), len(out), _ms(t_first, t_end), tuple(out))
 
     def close(self) -> None:
         if self._llama is not None:

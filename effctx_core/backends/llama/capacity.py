@@ -215,6 +215,7 @@ def capacity_table(
                 "bytes_per_token": round(hot.cache_bytes / n, 1) if n else None,
                 "state_bytes_per_token": round(profile.seq_state_bytes(n).total / n, 1) if n else None,
                 "max_hot_tokens": n,
+                "tokens": n,
                 "cache_bytes": hot.cache_bytes,
                 "binding": hot.binding,
                 "reason": hot.reason,

@@ -1,0 +1,385 @@
+"""`effctx bench run WORKLOAD`: a workload through the engine, beside the raw control.
+
+Each turn runs twice in one process, alternating: through effctx's engine, then the way
+a user would run it without effctx (`Baseline.control`: llama-cpp-python's
+`create_completion`, openvino-genai's pipeline with its prefix cache), on the same token
+ids, same settings and threads. The control keeps what its library keeps between calls
+and nothing else, so every ratio is effctx end-to-end against what a user would
+otherwise run.
+
+The turns of a workload, by kind:
+- cold: the stable prefix and the first message on an empty cache;
+- suffix: a later message: the conversation so far is reused, the message is computed;
+- edit: the stable prefix changed by one word; everything from the change is computed;
+- branch: back to an earlier turn (effctx restores its snapshot) and on differently;
+- second-process: the first turn again in a new process, where effctx's persistent
+  prefix cache holds the prefix and the library holds nothing.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from effctx_core.backends.registry import get_backend
+from effctx_core.bench.workloads import Turn, Workload
+from effctx_core.cancel import CancelToken
+from effctx_core.contract import Baseline, BaselineRun, DecodeConfig, TurnResult
+from effctx_core.engine import SessionEngine
+from effctx_core.errors import Cancelled
+from effctx_core.profiles import Profile
+from effctx_core.residency.report import MODELED
+from effctx_core.snapshots import SnapshotStore
+
+ProgressFn = Callable[[str, int, int], None]  # message, steps done, steps
+
+# Two runs of the same turn on this 2-core machine differ by a few percent: a turn counts
+# as slower than the control only beyond this.
+SLOWER_TOLERANCE = 0.05
+
+
+def _ms(t0: int) -> float:
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+@dataclass(frozen=True)
+class ControlTurn:
+    ttft_ms: float
+    wall_ms: float
+    generated: int
+    # Decoded the same ids as effctx over their common length: the two stop at a stop
+    # text differently (the library also counts the stop text's tokens it generated).
+    same_reply: bool
+
+    @classmethod
+    def of(cls, run: BaselineRun, reply: Sequence[int]) -> ControlTurn:
+        n = min(len(run.tokens), len(reply))
+        return cls(run.prefill_ms, run.prefill_ms + run.decode_ms, run.decode_tokens,
+                   tuple(run.tokens[:n]) == tuple(reply[:n]))
+
+
+@dataclass(frozen=True)
+class TurnRun:
+    label: str
+    kind: str  # cold, suffix, edit, branch, second-process
+    prompt_tokens: int
+    reused: int
+    computed: int
+    dropped: int
+    ttft_ms: float
+    prefill_tps: float
+    decode_tps: float
+    generated: int
+    wall_ms: float
+    reply: str
+    correct: bool | None  # for a question with expected answers: the reply holds one
+    how: str  # what effctx did for the part it did not compute
+    control: ControlTurn | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """Control wall time over effctx's: above 1, effctx was faster."""
+        if self.control is None or self.wall_ms <= 0:
+            return None
+        return self.control.wall_ms / self.wall_ms
+
+    @property
+    def ttft_ratio(self) -> float | None:
+        if self.control is None or self.ttft_ms <= 0:
+            return None
+        return self.control.ttft_ms / self.ttft_ms
+
+    @property
+    def slower(self) -> bool:
+        return self.ratio is not None and self.ratio < 1 - SLOWER_TOLERANCE
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.update(ratio=self.ratio, ttft_ratio=self.ttft_ratio, slower=self.slower)
+        return out
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+@dataclass(frozen=True)
+class WorkloadReport:
+    workload: str
+    digest: str
+    profile: str
+    backend: str
+    control_name: str | None
+    turns: tuple[TurnRun, ...]
+    accounting: tuple[str, ...] = field(default_factory=tuple)  # one line per turn whose counts did not add up
+
+    @property
+    def accounting_agrees(self) -> bool:
+        return not self.accounting
+
+    def of_kind(self, kind: str) -> list[TurnRun]:
+        return [t for t in self.turns if t.kind == kind]
+
+    def totals(self) -> dict[str, dict[str, float | None]]:
+        """The figures the seed asks for, effctx and control side by side (TTFT in ms,
+        except wall per turn)."""
+
+        def pair(turns: Sequence[TurnRun], wall: bool = False) -> dict[str, float | None]:
+            mine = _mean([t.wall_ms if wall else t.ttft_ms for t in turns])
+            theirs = _mean([(t.control.wall_ms if wall else t.control.ttft_ms) for t in turns if t.control])
+            return {"effctx": mine, "control": theirs if len([t for t in turns if t.control]) == len(turns) else None}
+
+        return {
+            "cold full prefill": pair(self.of_kind("cold")),
+            "warm same prefix (second process)": pair(self.of_kind("second-process")),
+            "warm changed suffix": pair(self.of_kind("suffix")),
+            "edited stable segment": pair(self.of_kind("edit")),
+            "branch": pair(self.of_kind("branch")),
+            "wall per turn": pair(list(self.turns), wall=True),
+        }
+
+    def curve(self) -> list[tuple[int, float, float | None]]:
+        """(tokens effctx computed, effctx TTFT, control TTFT) per turn, by size."""
+        return sorted((t.computed, t.ttft_ms, t.control.ttft_ms if t.control else None) for t in self.turns)
+
+    @property
+    def decode_tps(self) -> float | None:
+        return _mean([t.decode_tps for t in self.turns if t.generated > 1])
+
+    @property
+    def questions(self) -> list[TurnRun]:
+        return [t for t in self.turns if t.correct is not None]
+
+    def to_dict(self) -> dict:
+        return {
+            "workload": self.workload, "digest": self.digest, "profile": self.profile, "backend": self.backend,
+            "control": self.control_name, "turns": [t.to_dict() for t in self.turns],
+            "totals": self.totals(), "curve": [list(p) for p in self.curve()],
+            "accounting": {"agree": self.accounting_agrees, "problems": list(self.accounting)},
+            "slower_turns": [t.label for t in self.turns if t.slower],
+            "questions": {"asked": len(self.questions), "correct": sum(bool(t.correct) for t in self.questions)},
+        }
+
+
+def _correct(turn: Turn, reply: str) -> bool | None:
+    if not turn.expect:
+        return None
+    return any(e.lower() in reply.lower() for e in turn.expect)
+
+
+class _Run:
+    """One workload on one profile: the engine, the control, and the turns so far."""
+
+    def __init__(self, model_path: Path, profile: Profile, workload: Workload, baseline: Baseline | None,
+                 folder: Path, progress: ProgressFn, cancel: CancelToken, steps: int):
+        self.model_path = model_path
+        self.profile = profile
+        self.workload = workload
+        self.baseline = baseline
+        self.prefix_cache = SnapshotStore(folder / "prefix")
+        self.checkpoints = SnapshotStore(folder / "checkpoints")
+        self.progress = progress
+        self.cancel = cancel
+        self.steps = steps
+        self.turns: list[TurnRun] = []
+        self.accounting: list[str] = []
+        self.engine = self._engine()
+
+    def _engine(self) -> SessionEngine:
+        engine = SessionEngine(self.model_path, self.profile, prefix_cache=self.prefix_cache,
+                               checkpoints=self.checkpoints)
+        engine.open()
+        return engine
+
+    def close(self) -> None:
+        self.engine.close()
+
+    @property
+    def snapshots(self) -> bool:
+        return self.engine.info.capabilities.state_snapshot.supported
+
+    def _ids(self, text: str) -> list[int]:
+        """The ids `complete(text)` appends: the tokenization the engine itself does."""
+        session = self.engine.session
+        return session.tokenize(text, add_bos=not self.engine.tape and session.info.facts.add_bos)
+
+    def turn(self, label: str, kind: str, turn: Turn, text: str, lead_ms: float = 0.0, lead_computed: int = 0,
+             how: str = "") -> None:
+        """Run `text` (the turn's framed message, or more) through the engine and the
+        control; `lead_*`: what a prefix load or restore just before it cost, counted
+        in this turn as the user waits for both. The engine reports the tokens the lead
+        made resident as reused; those it computed count as computed here."""
+        self.cancel.check("benchmark")
+        self.progress(f"{self.workload.name} · {label}", len(self.turns), self.steps)
+        before = list(self.engine.tape)
+        prompt = before + self._ids(text)
+        config = DecodeConfig(max_tokens=turn.max_tokens, stop=self.workload.framing.stop)
+        counters = self.engine.explain()
+        # Tape tokens effctx's policy took out before this turn: neither reused nor
+        # computed by it. (A modeled map is the runtime's own eviction, which happens
+        # inside the runtime, after effctx handed it the tokens.)
+        residency = self.engine.residency_report()
+        gone = len(before) - residency.resident_tokens if before and residency.source != MODELED else 0
+        t0 = time.perf_counter_ns()
+        with self.cancel.forwarded_to(self.engine.cancel):
+            result = self.engine.complete(text, config)
+        wall = _ms(t0) + lead_ms
+        if result.stop_reason == "cancelled":
+            raise Cancelled("benchmark cancelled")
+        self._check_accounting(label, result, len(prompt) - gone, counters.prefill_tokens)
+        reply_ids = self.engine.tape[len(prompt):]
+        control = None
+        if self.baseline is not None:
+            run = self.baseline.control(prompt, turn.max_tokens, self.workload.framing.stop)
+            control = ControlTurn.of(run, reply_ids)
+        self.turns.append(TurnRun(
+            label=label, kind=kind, prompt_tokens=len(prompt), reused=result.reused - lead_computed,
+            computed=result.prefilled + lead_computed, dropped=result.dropped, ttft_ms=result.ttft_ms + lead_ms,
+            prefill_tps=result.prefill_tps, decode_tps=result.decode_tps, generated=result.generated, wall_ms=wall,
+            reply=result.text, correct=_correct(turn, result.text), how=how or result.prefix_reason, control=control,
+        ))
+
+    def _check_accounting(self, label: str, result: TurnResult, prompt_tokens: int, prefilled_before: int) -> None:
+        """What the engine reported against what the session counted (and, where the
+        runtime counts for itself, against the runtime's own figures); `prompt_tokens`:
+        the prompt less what was evicted before the turn."""
+        report = self.engine.explain()
+        counted = report.prefill_tokens - prefilled_before
+        if result.reused + result.prefilled != prompt_tokens:
+            self.accounting.append(f"{label}: reused {result.reused} + computed {result.prefilled} "
+                                   f"!= the prompt's {prompt_tokens} tokens still in the cache")
+        if counted < result.prefilled:
+            self.accounting.append(f"{label}: reported {result.prefilled} computed, the session counted {counted}")
+        if report.runtime_counts is not None and not report.runtime_counts.agree:
+            self.accounting.append(f"{label}: the runtime's own counts differ: {report.runtime_counts}")
+
+    def warm_up(self) -> None:
+        """A short turn on each side before turn 1, kept out of every figure: the first
+        calls in a process pay one-time costs (threads started, buffers allocated, the
+        weights paged in) that belong to neither side's first turn. effctx's runs on an
+        engine of its own, so the measured one starts with an empty cache and tree."""
+        self.progress(f"{self.workload.name} · warming up", 0, self.steps)
+        text = self.workload.framing.render(self.workload.turns[0])
+        config = DecodeConfig(max_tokens=8, stop=self.workload.framing.stop)
+        engine = SessionEngine(self.model_path, self.profile)
+        try:
+            engine.open()
+            with self.cancel.forwarded_to(engine.cancel):
+                engine.complete(text, config)
+        finally:
+            engine.close()
+        self.cancel.check("benchmark")
+        if self.baseline is not None:
+            self.baseline.control(self._ids(text), 8, self.workload.framing.stop)
+            self.baseline.forget()
+
+    # ------------------------------------------------------------------ the parts of a workload
+
+    def first_turn(self, kind: str) -> None:
+        """The stable prefix through effctx's prefix cache, then the first message."""
+        w = self.workload
+        self.cancel.check("benchmark")
+        if self.baseline is not None and kind == "cold":
+            self.baseline.forget()
+        t0 = time.perf_counter_ns()
+        with self.cancel.forwarded_to(self.engine.cancel):
+            loaded = self.engine.load_prefix(w.prefix)
+        lead = _ms(t0)
+        hit = loaded.cache == "hit"
+        how = f"prefix cache {loaded.cache}: {loaded.tokens} tokens {'restored' if hit else 'computed'}"
+        self.turn("turn 1" if kind == "cold" else "turn 1, new process", kind, w.turns[0], w.framing.render(w.turns[0]),
+                  lead_ms=lead, lead_computed=0 if hit else loaded.tokens,
+                  how=how)
+
+    def later_turns(self, turns: Sequence[Turn], first_number: int, label: str = "turn", kind: str = "suffix") -> None:
+        w = self.workload
+        for i, turn in enumerate(turns):
+            number = first_number + i
+            if w.edit is not None and kind == "suffix" and number == w.edit.before_turn:
+                self.edited_turn(turn, number)
+            else:
+                self.turn(f"{label} {number}", kind, turn, w.framing.render(turn))
+
+    def text_after_prefix(self) -> str:
+        """The conversation after the stable prefix as text: the messages and replies."""
+        session = self.engine.session
+        prefix = session.tokenize(self.workload.prefix, add_bos=session.info.facts.add_bos)
+        return self.engine.detokenize(self.engine.tape[len(prefix):])
+
+    def edited_turn(self, turn: Turn, number: int) -> None:
+        """The stable prefix changes by one word: the conversation is sent again as text
+        with the edit; effctx and the library both keep what precedes the change."""
+        w = self.workload
+        assert w.edit is not None
+        after_prefix = self.text_after_prefix()
+        self.engine.reset()
+        self.turn(f"turn {number} (prefix edited)", "edit", turn, w.edit.apply(w.prefix) + after_prefix
+                  + w.framing.render(turn))
+
+    def branches(self, node: str, branch_text: str) -> None:
+        w = self.workload
+        for branch in w.branches:
+            self.cancel.check("benchmark")
+            first, rest = branch.turns[0], branch.turns[1:]
+            if self.snapshots:
+                t0 = time.perf_counter_ns()
+                restored = self.engine.restore_node(node)
+                how = f"restored turn {w.branch_after}: {restored.mode} ({restored.reason}) in {restored.ms:.0f} ms"
+                self.turn(f"{branch.name} 1", "branch", first, w.framing.render(first), lead_ms=_ms(t0),
+                          lead_computed=restored.recomputed, how=how)
+            else:
+                # No state to restore: the conversation up to the branch point is sent
+                # again, and the runtime's own cache keeps what it still holds.
+                self.engine.reset()
+                self.turn(f"{branch.name} 1", "branch", first, branch_text + w.framing.render(first))
+            self.later_turns(rest, 2, branch.name, "branch")
+
+    def second_process(self) -> None:
+        """A new engine on the same persistent prefix cache; the control starts empty."""
+        self.engine.close()
+        self.engine = self._engine()
+        if self.baseline is not None:
+            self.baseline.forget()
+        self.first_turn("second-process")
+
+
+def workload_steps(workload: Workload) -> int:
+    return len(workload.turns) + sum(len(b.turns) for b in workload.branches) + 1
+
+
+def run_workload(model_path: Path, profile: Profile, workload: Workload, control: bool = True,
+                 progress: ProgressFn = lambda m, d, t: None, cancel: CancelToken | None = None) -> WorkloadReport:
+    """Run every turn of `workload` on `profile`, each beside the raw control unless
+    `control` is off. The prefix cache and checkpoints live in a temporary folder, so a
+    run never starts warm from an earlier one."""
+    cancel = cancel or CancelToken()
+    backend = get_backend(profile.backend)
+    steps = workload_steps(workload)
+    baseline = backend.baseline(model_path, profile) if control else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="effctx-workload-") as folder:
+            run = _Run(model_path, profile, workload, baseline, Path(folder), progress, cancel, steps)
+            try:
+                run.warm_up()
+                run.first_turn("cold")
+                w = workload
+                split = w.branch_after if w.branch_after is not None else len(w.turns)
+                run.later_turns(w.turns[1:split], 2)
+                if w.branch_after is not None:
+                    node = run.engine.mark(f"after turn {w.branch_after}")
+                    text = w.prefix + run.text_after_prefix()
+                    run.later_turns(w.turns[split:], split + 1)
+                    run.branches(node, text)
+                run.second_process()
+            finally:
+                run.close()
+    finally:
+        if baseline is not None:
+            baseline.close()
+    progress("done", steps, steps)
+    return WorkloadReport(workload.name, workload.digest, profile.name, profile.backend,
+                          baseline.library_name if baseline is not None else None, tuple(run.turns),
+                          tuple(run.accounting))

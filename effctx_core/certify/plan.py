@@ -1,0 +1,67 @@
+"""What a certification measures: the quick plan (a few minutes for the built-in cells on
+a 2-core machine) and the full one (every workload with its control, passkey lengths up
+to what the cell allocates)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from effctx_core.bench.smoke import ANSWER_TOKENS
+from effctx_core.certify.gates import THROUGHPUT_MIN_RATIO
+from effctx_core.profiles import Profile
+
+# The question and the answer need room after the passkey prompt.
+ANSWER_ROOM = ANSWER_TOKENS + 64
+
+
+@dataclass(frozen=True)
+class CertifyPlan:
+    quick: bool
+    lengths: tuple[int, ...]  # passkey prompt lengths, tokens
+    depths: tuple[float, ...]
+    seeds: int
+    nll_chars: int  # characters of the reference text scored (about 4.5 a token)
+    prompt_tokens: int  # the throughput figure's prompt
+    decode_tokens: int
+    rounds: int
+    workloads: tuple[str, ...]
+    control: bool  # run each workload beside the library's control too
+    # The throughput gate's engine/raw threshold (the certificate records the one used).
+    throughput_min_ratio: float = THROUGHPUT_MIN_RATIO
+
+    def lengths_for(self, profile: Profile) -> tuple[int, ...]:
+        """The lengths this profile is tested at: a cell that keeps everything is tested
+        up to what it allocates, that limit included (its certified limit can then be
+        all it holds); an evicting cell is asked beyond its budget on purpose."""
+        if profile.residency.evicts:
+            return self.lengths
+        limit = profile.n_ctx - ANSWER_ROOM
+        fitting = tuple(n for n in self.lengths if n <= limit)
+        if not self.quick and (not fitting or fitting[-1] < limit):
+            fitting += (limit,)
+        return fitting
+
+    def nll_chars_for(self, profile: Profile) -> int:
+        """An evicting cell is scored past its budget (about 4.5 characters a token, so
+        twice the budget in characters is safely beyond it): the NLL then shows what the
+        eviction costs."""
+        if profile.residency.evicts:
+            return max(self.nll_chars, profile.budget_tokens * 9)
+        return self.nll_chars
+
+    def to_dict(self, profile: Profile) -> dict:
+        return {"quick": self.quick, "lengths": list(self.lengths_for(profile)), "depths": list(self.depths),
+                "seeds": self.seeds}
+
+    @property
+    def key(self) -> str:
+        """What a resumed certification must share with the one it resumes."""
+        return repr(sorted(asdict(self).items()))
+
+
+QUICK = CertifyPlan(quick=True, lengths=(1024, 2048), depths=(0.25, 0.75), seeds=1, nll_chars=2400,
+                    prompt_tokens=512, decode_tokens=32, rounds=4, workloads=("agent-loop",), control=False)
+FULL = CertifyPlan(quick=False, lengths=(1024, 2048, 4096, 8192, 16384), depths=(0.1, 0.3, 0.5, 0.7, 0.9),
+                   seeds=2, nll_chars=6000, prompt_tokens=1024, decode_tokens=64, rounds=4,
+                   workloads=("agent-loop", "prefix-edit", "long-document", "long-decode", "branching"),
+                   control=True)

@@ -1,0 +1,287 @@
+"""`effctx certify`: measure one cell, gate it, and write its certificate.
+
+The stages (throughput, passkey grid, NLL, each workload) are saved as they finish in a
+partial file next to the certificates, so a full certification that is stopped resumes
+where it stopped; the partial file only counts for the same cell and the same plan.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from effctx_core import __version__
+from effctx_core.atomic import atomic_write_bytes
+from effctx_core.backends.registry import get_backend
+from effctx_core.bench.overhead import run_overhead
+from effctx_core.bench.quality import NLLResult, reference_profile, run_nll, run_passkey_grid
+from effctx_core.bench.workload_run import run_workload
+from effctx_core.bench.workloads import Workload, load_workload
+from effctx_core.cancel import CancelToken
+from effctx_core.certify.gates import (
+    Gate,
+    accounting_gate,
+    certified_length,
+    nll_gate,
+    passkey_gate,
+    throughput_gate,
+)
+from effctx_core.certify.hardware import Hardware, this_machine
+from effctx_core.certify.plan import CertifyPlan
+from effctx_core.certify.store import CertificateStore
+from effctx_core.contract import ModelInfo
+from effctx_core.engine import SessionEngine
+from effctx_core.profiles import Profile
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+def profile_digest(profile: Profile) -> str:
+    """What the profile makes the runtime do: every setting but its wording."""
+    settings = {k: v for k, v in asdict(profile).items() if k not in ("name", "description")}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cell_key(hardware: Hardware, info: ModelInfo, profile: Profile) -> str:
+    parts = [hardware.machine_id, info.backend, info.backend_version, info.device, info.identity.model_sha256,
+             profile_digest(profile)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+def available_memory() -> int | None:
+    """MemAvailable: what the KV cache could take on this machine now."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_limit(info: ModelInfo, profile: Profile) -> int | None:
+    """Tokens of the profile's K/V types that the available memory holds, by the backend's
+    own capacity model (None where it does not model them)."""
+    memory = available_memory()
+    if memory is None:
+        return None
+    memory = max(0, memory - info.facts.file_bytes)  # the weights come first
+    rows = get_backend(profile.backend).capacity_report(info, profile, memory)["capacity"]["rows"]
+    for row in rows:
+        if (row["kv_cache_type_k"], row["kv_cache_type_v"]) == (profile.kv_cache_type_k, profile.kv_cache_type_v):
+            return row.get("tokens")
+    return None
+
+
+@dataclass
+class _Partial:
+    """The finished stages of one cell under one plan, kept on disk between runs."""
+
+    path: Path
+    plan: str
+    stages: dict[str, Any] = field(default_factory=dict)
+    resumed: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, path: Path, plan: CertifyPlan) -> _Partial:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("plan") == plan.key and isinstance(data.get("stages"), dict):
+                return cls(path, plan.key, data["stages"], sorted(data["stages"]))
+        except (OSError, ValueError):
+            pass  # no partial file, or one from an interrupted write: start over
+        return cls(path, plan.key)
+
+    def stage(self, name: str, run: Callable[[], Any]) -> Any:
+        if name not in self.stages:
+            self.stages[name] = run()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(self.path, json.dumps({"plan": self.plan, "stages": self.stages}).encode())
+        return self.stages[name]
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Certification:
+    profile: str
+    document: dict
+    path: Path
+    resumed: tuple[str, ...]
+
+    @property
+    def status(self) -> str:
+        return str(self.document["status"])
+
+
+class Certifier:
+    """Certifies cells one after another; the NLL reference of each backend and model is
+    measured once per run and shared by the cells that need it."""
+
+    def __init__(self, model_path: Path, store: CertificateStore, plan: CertifyPlan,
+                 progress: ProgressFn = lambda m, d, t: None, cancel: CancelToken | None = None):
+        self.model_path = model_path
+        self.store = store
+        self.plan = plan
+        self.progress = progress
+        self.cancel = cancel or CancelToken()
+        self._references: dict[str, NLLResult] = {}
+
+    def steps(self) -> int:
+        return 3 + len(self.plan.workloads)
+
+    def certify(self, profile: Profile) -> Certification:
+        backend = get_backend(profile.backend)
+        hardware = this_machine()
+        info = backend.describe(self.model_path, profile)
+        key = cell_key(hardware, info, profile)
+        partial = _Partial.open(self.store.root / "partial" / f"{key}.json", self.plan)
+        steps, plan = self.steps(), self.plan
+        say = lambda stage, done: self.progress(f"{profile.name}: {stage}", done, steps)
+
+        say("throughput (engine, raw loop, library)", 0)
+        throughput = partial.stage("throughput", lambda: run_overhead(
+            self.model_path, profile, plan.prompt_tokens, plan.decode_tokens, plan.rounds, cancel=self.cancel).to_dict())
+        say("passkey grid", 1)
+        grid = partial.stage("passkey", lambda: self._passkey(profile))
+        say("NLL of the reference text", 2)
+        nll = partial.stage("nll", lambda: self._nll(profile).to_dict())
+        workloads = {}
+        for i, name in enumerate(plan.workloads):
+            workload = load_workload(name)
+            say(f"workload {workload.name}", 3 + i)
+            workloads[workload.name] = partial.stage(f"workload:{workload.name}",
+                                                     functools.partial(self._workload, profile, workload))
+        self.progress(f"{profile.name}: writing the certificate", steps, steps)
+        document = self._document(profile, info, hardware, key, throughput, grid, nll, workloads)
+        path = self.store.save(document)
+        partial.remove()
+        return Certification(profile.name, document, path, tuple(partial.resumed))
+
+    # ------------------------------------------------------------------ stages
+
+    def _passkey(self, profile: Profile) -> dict:
+        engine = SessionEngine(self.model_path, profile)
+        try:
+            engine.open()
+            grid = run_passkey_grid(engine, self.plan.lengths_for(profile), self.plan.depths, self.plan.seeds,
+                                    cancel=self.cancel)
+        finally:
+            engine.close()
+        return {**grid.to_dict(), "certified": certified_length(grid), "gate": passkey_gate(grid).to_dict()}
+
+    def _scored(self, profile: Profile, reference: NLLResult | None, chars: int) -> NLLResult:
+        engine = SessionEngine(self.model_path, profile)
+        try:
+            engine.open()
+            return run_nll(engine, reference.nll if reference else None, reference.reference_profile if reference
+                           else None, chars)
+        finally:
+            engine.close()
+
+    def _nll(self, profile: Profile) -> NLLResult:
+        scores = get_backend(profile.backend).describe(self.model_path, profile).capabilities.token_scores
+        if not scores.supported:
+            return NLLResult(False, scores.reason)
+        ref_profile = reference_profile(profile)
+        chars = self.plan.nll_chars_for(profile)
+        digest = f"{profile_digest(ref_profile)}:{chars}"
+        if digest not in self._references:
+            self.progress(f"{profile.name}: NLL reference ({ref_profile.name})", 2, self.steps())
+            measured = self._scored(ref_profile, None, chars)
+            self._references[digest] = NLLResult(measured.supported, measured.reason, measured.tokens, measured.nll,
+                                                 measured.nll, ref_profile.name)
+        reference = self._references[digest]
+        if not reference.supported:
+            return reference
+        if profile_digest(profile) == profile_digest(ref_profile):
+            return reference
+        return self._scored(profile, reference, chars)
+
+    def _workload(self, profile: Profile, workload: Workload) -> dict:
+        report = run_workload(self.model_path, profile, workload, control=self.plan.control, cancel=self.cancel)
+        questions = report.questions
+        control = [t.control.wall_ms for t in report.turns if t.control is not None]
+        return {
+            "digest": workload.digest,
+            "turns": len(report.turns),
+            "ttft_ms": [round(t.ttft_ms, 2) for t in report.turns],
+            "wall_ms": round(sum(t.wall_ms for t in report.turns), 2),
+            "control_wall_ms": round(sum(control), 2) if control and len(control) == len(report.turns) else None,
+            "control": report.control_name,
+            "decode_tps": round(report.decode_tps or 0.0, 2),
+            "reused": sum(t.reused for t in report.turns),
+            "computed": sum(t.computed for t in report.turns),
+            "correct": sum(bool(t.correct) for t in questions) if questions else None,
+            "questions": len(questions) if questions else None,
+            "accounting": list(report.accounting),
+        }
+
+    # ------------------------------------------------------------------ the document
+
+    def _document(self, profile: Profile, info: ModelInfo, hardware: Hardware, key: str, throughput: dict,
+                  grid: dict, nll: dict, workloads: dict) -> dict:
+        facts = info.facts
+        problems = tuple(p for w in workloads.values() for p in w["accounting"])
+        turns = sum(w["turns"] for w in workloads.values())
+        gates: list[Gate] = [
+            Gate(**{**grid["gate"], "skipped": False}),
+            nll_gate(NLLResult(**{k: v for k, v in nll.items() if k != "delta"})),
+            accounting_gate(turns, problems),
+            throughput_gate(throughput["prefill_ratio"], throughput["decode_ratio"], self.plan.throughput_min_ratio),
+        ]
+        failed = next((g for g in gates if not g.passed), None)
+        certified = grid["certified"] if failed is None else None
+        skipped = [g for g in gates if g.skipped]
+        if failed is not None:
+            reason = f"{failed.name} gate failed: {failed.detail} ({failed.measured})"
+        else:
+            reason = f"every gate passed; certified up to {certified} tokens"
+            if skipped:
+                reason += "; " + "; ".join(f"{g.name} {g.detail}" for g in skipped)
+        lengths = self.plan.lengths_for(profile)
+        side = lambda d: {"prefill_tps": d["prefill_tps"], "decode_tps": d["decode_tps"]}
+        document = {
+            "schema_version": 1,
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "effctx_version": __version__,
+            "cell_key": key,
+            "cell": {
+                "backend": info.backend, "backend_version": info.backend_version, "device": info.device,
+                "profile": profile.name, "profile_digest": profile_digest(profile),
+                "kv_type_k": profile.kv_cache_type_k, "kv_type_v": profile.kv_cache_type_v,
+                "policy": profile.residency.policy,
+                "model": {"name": facts.name, "sha256": info.identity.model_sha256, "bytes": facts.file_bytes},
+            },
+            "hardware": asdict(hardware),
+            "plan": self.plan.to_dict(profile),
+            "context": {"model": facts.context_length, "memory": memory_limit(info, profile), "allocated": info.n_ctx,
+                        "certified": certified},
+            "prompt_sizes": list(lengths),
+            "throughput": {
+                "prompt_tokens": throughput["prompt_tokens"], "decode_tokens": throughput["decode_tokens"],
+                "engine": side(throughput["engine"]),
+                "raw": {"name": throughput["raw"]["name"], **side(throughput["raw"])},
+                "library": {"name": throughput["library"]["name"], **side(throughput["library"])},
+                "engine_raw": {"prefill": throughput["prefill_ratio"], "decode": throughput["decode_ratio"]},
+                "engine_library": {"prefill": throughput["library_prefill_ratio"],
+                                   "decode": throughput["library_decode_ratio"]},
+            },
+            "accounting": {"turns": turns, "agree": not problems,
+                           "detail": problems[0] if problems else f"reported = counted on all {turns} workload turns"},
+            "workloads": {name: {k: v for k, v in w.items() if k != "accounting"} for name, w in workloads.items()},
+            "quality": {"passkey": {"by_length": grid["by_length"], "control": grid["control"]}, "nll": nll},
+            "gates": [g.to_dict() for g in gates],
+            "status": "certified" if failed is None else "failed",
+            "failed_gate": failed.name if failed else None,
+            "reason": reason,
+            "unsupported": sorted(name for name, cap in info.capabilities.flags().items() if not cap.supported),
+        }
+        return document
+

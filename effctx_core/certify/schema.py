@@ -1,0 +1,106 @@
+"""The certificate's JSON Schema (draft 2020-12, shipped in the package) and the check
+every certificate passes before it is written and after it is read.
+
+The schema holds what JSON Schema can say; `_cross_checks` holds the few rules that
+compare two fields of one record (found <= trials), which JSON Schema cannot express.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any, Iterable
+
+from jsonschema import Draft202012Validator
+
+from effctx_core.errors import EffctxError
+
+SCHEMA_VERSION = 1
+SCHEMA_RESOURCE = "certificate.schema.json"
+
+# jsonschema quotes the offending value in its message; a whole sub-document quoted there
+# would make an unreadable "one line", so the message is cut at this many characters.
+_MAX_MESSAGE = 240
+
+
+class CertificateError(EffctxError):
+    """A certificate document or file that cannot be used: invalid, damaged, unwritable."""
+
+
+@functools.cache
+def certificate_schema() -> dict:
+    text = resources.files("effctx_core.certify").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
+    schema = json.loads(text)
+    Draft202012Validator.check_schema(schema)
+    return schema
+
+
+@functools.cache
+def _validator() -> Draft202012Validator:
+    return Draft202012Validator(certificate_schema())
+
+
+def json_path(parts: Iterable[Any]) -> str:
+    """`context.certified`, `gates[1].passed`; "top level" for the document itself."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "top level"
+
+
+def _short(message: str) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= _MAX_MESSAGE else message[: _MAX_MESSAGE - 1] + "…"
+
+
+def _cross_checks(doc: dict) -> str | None:
+    """Rules between fields of one record, on a document that already passed the schema."""
+    passkey = doc["quality"]["passkey"]
+    for i, row in enumerate(passkey["by_length"]):
+        where = f"quality.passkey.by_length[{i}]"
+        for key in ("found", "needle_resident"):
+            if row[key] > row["trials"]:
+                return f"{where}.{key}: {row[key]} is more than its trials ({row['trials']})"
+        if row["ci_low"] > row["ci_high"]:
+            return f"{where}.ci_low: {row['ci_low']} is above ci_high ({row['ci_high']})"
+    control = passkey["control"]
+    if control["false_keys"] > control["trials"]:
+        return (f"quality.passkey.control.false_keys: {control['false_keys']} is more than its trials "
+                f"({control['trials']})")
+    seen: set[str] = set()
+    for i, gate in enumerate(doc["gates"]):
+        if gate["name"] in seen:
+            return f"gates[{i}].name: gate '{gate['name']}' is listed twice"
+        seen.add(gate["name"])
+    return None
+
+
+def first_problem(doc: Any) -> str | None:
+    """`<json path>: <message>` of the first thing wrong with the document, or None."""
+    if not isinstance(doc, dict):
+        return f"top level: the document is a JSON {type(doc).__name__}, not an object"
+    # iter_errors follows the schema file's key order (an object's properties, listed in
+    # document order, then its required keys, then its extra keys), so the first error
+    # of a document is the same on every run.
+    error = next(iter(_validator().iter_errors(doc)), None)
+    if error is not None:
+        return f"{json_path(error.absolute_path)}: {_short(error.message)}"
+    return _cross_checks(doc)
+
+
+def _label(doc: Any) -> str:
+    cell = doc.get("cell") if isinstance(doc, dict) else None
+    profile = cell.get("profile") if isinstance(cell, dict) else None
+    return f"certificate {profile}" if isinstance(profile, str) and profile else "certificate"
+
+
+def check_document(doc: dict) -> None:
+    """Raise CertificateError("certificate <profile>: <json path>: <message>") unless the
+    document is a valid certificate of this schema version. `digest` may be absent."""
+    problem = first_problem(doc)
+    if problem is not None:
+        raise CertificateError(f"{_label(doc)}: {problem}")

@@ -1,0 +1,82 @@
+"""`effctx bench verdict`: keep a cell only for a step function over the baseline cell.
+
+Keep needs, at passing quality (a certificate that counts here), one of: at least 2x
+lower TTFT on the same workloads, at least 1.5x more certified context, or at least
+1.3x the decode rate. Anything less is noise to maintain: drop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from effctx_core.certify.matrix import Matrix, MatrixRow
+from effctx_core.certify.selection import SelectionError, mean_ttft
+from effctx_core.profiles import DEFAULT_PROFILE_NAME
+
+TTFT_STEP = 2.0
+CONTEXT_STEP = 1.5
+DECODE_STEP = 1.3
+
+
+@dataclass(frozen=True)
+class Verdict:
+    profile: str
+    backend: str
+    verdict: str  # keep, drop, baseline, or "no verdict"
+    evidence: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _ttft(row: MatrixRow, baseline: MatrixRow) -> tuple[float | None, str]:
+    """Baseline mean TTFT over the cell's, over the workloads both measured with the same file."""
+    assert row.certificate is not None and baseline.certificate is not None
+    mine, theirs = row.certificate["workloads"], baseline.certificate["workloads"]
+    shared = sorted(n for n in mine if n in theirs and mine[n]["digest"] == theirs[n]["digest"])
+    if not shared:
+        return None, "TTFT: no workload measured on both cells"
+    cell_ms = sum(mean_ttft(mine[n]) for n in shared) / len(shared)
+    base_ms = sum(mean_ttft(theirs[n]) for n in shared) / len(shared)
+    ratio = base_ms / cell_ms if cell_ms else None
+    shown = f"{ratio:.2f}x" if ratio is not None else "-"
+    return ratio, (f"TTFT {cell_ms:.0f} ms against {base_ms:.0f} ms on {', '.join(shared)}: {shown} lower "
+                   f"(keep at >= {TTFT_STEP}x)")
+
+
+def _verdict(row: MatrixRow, baseline: MatrixRow) -> Verdict:
+    assert row.certificate is not None and baseline.certificate is not None
+    ttft, ttft_line = _ttft(row, baseline)
+    mine, theirs = row.certified_tokens or 0, baseline.certified_tokens or 0
+    context = mine / theirs if theirs else None
+    context_line = (f"certified context {mine} against {theirs} tokens: {context:.2f}x (keep at >= {CONTEXT_STEP}x)"
+                    if context is not None else "certified context: the baseline has none")
+    rate = row.certificate["throughput"]["engine"]["decode_tps"]
+    base_rate = baseline.certificate["throughput"]["engine"]["decode_tps"]
+    decode = rate / base_rate if base_rate else None
+    decode_line = (f"decode {rate:.1f} against {base_rate:.1f} tok/s: {decode:.2f}x (keep at >= {DECODE_STEP}x)"
+                   if decode is not None else "decode: the baseline has no rate")
+    steps = [name for name, value, step in (("TTFT", ttft, TTFT_STEP), ("certified context", context, CONTEXT_STEP),
+                                            ("decode", decode, DECODE_STEP)) if value is not None and value >= step]
+    quality = f"quality: {row.certificate['reason']}"
+    verdict = "keep" if steps else "drop"
+    summary = (f"keep: a step function in {', '.join(steps)}" if steps
+               else "drop: no step function over the baseline")
+    return Verdict(row.cell.profile, row.cell.backend, verdict, (summary, ttft_line, context_line, decode_line, quality))
+
+
+def verdicts(matrix: Matrix, baseline: str = DEFAULT_PROFILE_NAME) -> list[Verdict]:
+    base = matrix.row(baseline)
+    if base is None or base.certificate is None or base.status != "certified":
+        raise SelectionError(f"bench verdict: the baseline cell {baseline!r} is not certified on this machine; "
+                             f"run `effctx certify --profile {baseline}`")
+    out = [Verdict(baseline, base.cell.backend, "baseline",
+                   (f"the baseline: certified up to {base.certified_tokens} tokens",))]
+    for row in matrix.rows:
+        if row is base:
+            continue
+        if row.status == "certified":
+            out.append(_verdict(row, base))
+        else:
+            out.append(Verdict(row.cell.profile, row.cell.backend, "no verdict", (f"{row.status}: {row.note}",)))
+    return out

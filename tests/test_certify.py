@@ -1,0 +1,190 @@
+"""Certifying real cells: the certificate written, the matrix it makes, resuming, and
+certificates that do not count here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from small_workload import write_small_workload
+from tiny_gguf import write_tiny_llama_gguf
+
+from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, cell_matrix
+from effctx_core.certify.plan import CertifyPlan
+from effctx_core.certify.runner import Certifier
+from effctx_core.certify.store import CertificateStore
+from effctx_core.profiles import load_profile
+
+EFFCTX = str(Path(sys.executable).with_name("effctx"))
+
+
+def effctx(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([EFFCTX, *args], capture_output=True, text=True, timeout=300)
+
+
+def tiny_plan(workload: Path) -> CertifyPlan:
+    # Other load on a test machine moves engine/raw by more than the real gate allows, so
+    # the gate here only asks for a figure; test_quality_gates tests the gate itself.
+    return CertifyPlan(quick=True, lengths=(512,), depths=(0.5,), seeds=1, nll_chars=600, prompt_tokens=256,
+                       decode_tokens=16, rounds=2, workloads=(str(workload),), control=False, throughput_min_ratio=0.0)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return CertificateStore(tmp_path_factory.mktemp("certificates"))
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    return tiny_plan(write_small_workload(tmp_path_factory.mktemp("workload")))
+
+
+@pytest.fixture(scope="module")
+def exact(default_model, store, plan):
+    """The exact cell of the default model, certified once for the module."""
+    return Certifier(default_model, store, plan).certify(load_profile("exact"))
+
+
+def test_the_default_model_passes_every_gate_on_the_exact_cell(exact):
+    doc = exact.document
+    assert (doc["status"], doc["failed_gate"], doc["context"]["certified"]) == ("certified", None, 512)
+    assert [(g["name"], g["passed"]) for g in doc["gates"]] == [
+        ("passkey", True), ("nll", True), ("accounting", True), ("throughput", True)]
+    assert doc["reason"] == "every gate passed; certified up to 512 tokens"
+
+
+def test_the_certificate_records_the_cell_the_machine_and_the_figures(exact, default_model):
+    doc = exact.document
+    assert doc["cell"]["backend"] == "llama" and doc["cell"]["profile"] == "exact"
+    assert (doc["cell"]["kv_type_k"], doc["cell"]["kv_type_v"], doc["cell"]["model"]["bytes"]) == (
+        "f16", "f16", default_model.stat().st_size)
+    assert doc["context"]["allocated"] == 4096 and doc["context"]["model"] == 32768
+    assert doc["hardware"]["cores"] >= 1
+    assert doc["quality"]["nll"]["reference_profile"] == "exact (f16, no eviction)"
+    assert doc["quality"]["nll"]["delta"] == 0.0  # the exact cell is its own reference
+    assert doc["workloads"]["small"]["turns"] == 5
+    assert doc["accounting"] == {"turns": 5, "agree": True, "detail": "reported = counted on all 5 workload turns"}
+
+
+def test_the_stored_certificate_reads_back_through_the_schema_and_its_digest(exact, store):
+    assert store.load(exact.path) == exact.document
+
+
+def test_the_matrix_shows_the_certified_cell_by_its_certified_limit_and_the_rest_as_uncertified(exact, default_model,
+                                                                                                   store):
+    matrix = cell_matrix(default_model, default_model.name, store)
+    row = matrix.row("exact")
+    assert (row.status, row.advertised) == (CERTIFIED, "certified up to 512 tokens")
+    other = matrix.row("q8")
+    assert (other.status, other.advertised, other.note) == (
+        UNCERTIFIED, "uncertified", "no certificate; run `effctx certify --profile q8`")
+
+
+def test_a_certificate_from_another_machine_does_not_count_here(exact, default_model, tmp_path):
+    elsewhere = CertificateStore(tmp_path)
+    doc = json.loads(exact.path.read_text())
+    doc.pop("digest")
+    doc["hardware"].update(machine_id="f" * 16, cpu_model="Other CPU", cores=64)
+    elsewhere.save(doc)
+    row = cell_matrix(default_model, default_model.name, elsewhere).row("exact")
+    assert (row.status, row.note) == (UNCERTIFIED, "its certificate does not count here: made on another machine "
+                                                   "(Other CPU, 64 cores); run `effctx certify --profile exact`")
+
+
+def test_a_random_weight_model_fails_the_passkey_gate_and_says_so(tmp_path, plan):
+    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    store = CertificateStore(tmp_path / "certificates")
+    done = Certifier(model, store, plan).certify(load_profile("exact").with_changes(n_ctx=1024))
+    doc = done.document
+    assert (doc["status"], doc["failed_gate"], doc["context"]["certified"]) == ("failed", "passkey", None)
+    assert doc["reason"].startswith("passkey gate failed: found 0 of 1 at 512 tokens")
+    assert store.load(done.path)["status"] == "failed"
+
+
+def test_a_stopped_certification_resumes_from_the_stages_it_finished(default_model, tmp_path, plan):
+    store = CertificateStore(tmp_path)
+
+    def stop_at_nll(message: str, done: int, total: int) -> None:
+        if "NLL" in message:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Certifier(default_model, store, plan, stop_at_nll).certify(load_profile("exact"))
+    assert len(list((tmp_path / "partial").iterdir())) == 1
+    resumed = Certifier(default_model, store, plan).certify(load_profile("exact"))
+    assert resumed.resumed == ("passkey", "throughput")
+    assert not list((tmp_path / "partial").iterdir())
+
+
+def test_auto_picks_the_certified_cell_and_says_why_in_one_line(exact, store, monkeypatch):
+    monkeypatch.setenv("EFFCTX_CERTIFICATES", str(store.root))
+    out = effctx("run", "--profile", "auto", "--workload", "small", "--max-tokens", "2", "--prompt", "Hello")
+    assert out.returncode == 0, out.stderr
+    assert ("effctx: profile auto: exact (llama): the least time on small among 1 certified cell" in out.stderr)
+
+
+def test_auto_with_nothing_certified_is_one_line_and_exit_2(default_model):
+    out = effctx("run", "--profile", "auto", "--prompt", "Hello")
+    assert (out.returncode, out.stderr) == (
+        2, "effctx: error: --profile auto: no cell is certified on this machine; run `effctx certify --quick`\n")
+
+
+def test_a_damaged_certificate_is_listed_by_cells_and_left_where_it_is(exact, store, monkeypatch, tmp_path):
+    damaged = tmp_path / "certificates"
+    damaged.mkdir()
+    target = damaged / exact.path.name
+    text = exact.path.read_text()
+    assert text.count('"status": "certified"') == 1
+    target.write_text(text.replace('"status": "certified"', '"status": "failed"'))  # schema-valid, digest not
+    monkeypatch.setenv("EFFCTX_CERTIFICATES", str(damaged))
+    out = effctx("cells", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert len(data["damaged_certificates"]) == 1
+    assert "digest does not match" in data["damaged_certificates"][0]
+    assert {c["profile"]: c["status"] for c in data["cells"]}["exact"] == UNCERTIFIED
+    assert target.exists()
+
+
+def test_cells_never_advertise_a_context_without_a_certificate(default_model):
+    out = effctx("cells", "--json")
+    assert out.returncode == 0, out.stderr
+    cells = json.loads(out.stdout)["cells"]
+    assert {c["advertised"] for c in cells if c["runnable"]} == {"uncertified"}
+    assert all("up to" not in c["reason"] for c in cells)
+
+
+def test_failed_status_is_shown_as_the_gate(exact, store, tmp_path, default_model):
+    doc = json.loads(exact.path.read_text())
+    doc.pop("digest")
+    doc.update(status="failed", failed_gate="nll", reason="nll gate failed: the cache costs answer quality")
+    doc["context"]["certified"] = None
+    doc["gates"][1]["passed"] = False
+    failed_store = CertificateStore(tmp_path)
+    failed_store.save(doc)
+    row = cell_matrix(default_model, default_model.name, failed_store).row("exact")
+    assert (row.status, row.advertised) == (FAILED, "failed: nll gate")
+
+
+def test_an_unknown_workload_is_one_line_and_exit_2():
+    out = effctx("bench", "run", "agnet-loop")
+    assert (out.returncode, out.stderr) == (2, "effctx: error: unknown workload 'agnet-loop' (built in: agent-loop, "
+                                               "branching, long-decode, long-document, prefix-edit)\n")
+
+
+def test_a_workload_file_with_a_wrong_field_is_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('description = "d"\nprefix = "p"\n[[turns]]\nrole = "user"\ntext = "t"\nmax_tokens = "64"\n')
+    out = effctx("bench", "run", str(path))
+    assert (out.returncode, out.stderr) == (
+        2, f'effctx: error: workload {path}: turns[1].max_tokens must be a positive integer (got "64")\n')
+
+
+def test_certify_of_an_unknown_profile_is_one_line_and_exit_2():
+    out = effctx("certify", "--quick", "--profile", "nope")
+    assert out.returncode == 2
+    assert out.stderr.startswith("effctx: error: unknown profile 'nope' (available: ")
+    assert out.stderr.count("\n") == 1

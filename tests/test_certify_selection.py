@@ -1,0 +1,96 @@
+"""Runtime selection by certificate (`--profile auto`) and the keep/drop verdicts, on
+certificates that pass the schema."""
+
+from __future__ import annotations
+
+import pytest
+
+from effctx_core.cells import Cell
+from effctx_core.certify.certificate import example_document
+from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, Matrix, MatrixRow
+from effctx_core.certify.schema import check_document
+from effctx_core.certify.selection import SelectionError, select_profile
+from effctx_core.certify.verdict import verdicts
+
+
+def certificate(profile: str, wall_ms: float, ttft_ms: list[float], certified: int, decode_tps: float,
+                workload: str = "agent-loop") -> dict:
+    doc = example_document()
+    doc["cell"]["profile"] = profile
+    doc["context"]["certified"] = certified
+    doc["throughput"]["engine"]["decode_tps"] = decode_tps
+    doc["workloads"] = {workload: {**doc["workloads"]["chat-8"], "turns": len(ttft_ms), "ttft_ms": ttft_ms,
+                                   "wall_ms": wall_ms}}
+    check_document(doc)
+    return doc
+
+
+def row(profile: str, status: str = CERTIFIED, doc: dict | None = None, backend: str = "llama") -> MatrixRow:
+    cell = Cell(backend, profile, "cpu", "model.gguf", True, "allocates 4096 tokens")
+    return MatrixRow(cell, status, doc["reason"] if doc else "no certificate", doc)
+
+
+EXACT = certificate("exact", 20_000, [1000, 500], 2048, 40.0)
+FAST = certificate("fast-long", 15_000, [400, 200], 16_000, 41.0)
+Q8 = certificate("q8", 19_000, [900, 450], 2048, 42.0)
+
+
+def test_auto_picks_the_certified_cell_with_the_least_time_on_the_workload():
+    matrix = Matrix((row("exact", doc=EXACT), row("fast-long", doc=FAST), row("q8", doc=Q8)), ())
+    selection = select_profile(matrix)
+    assert selection.profile == "fast-long"
+    assert selection.reason == ("profile auto: fast-long (llama): the least time on agent-loop among 3 certified "
+                                "cells (15.0 s over 2 turns, mean TTFT 300 ms), certified up to 16000 tokens")
+
+
+def test_auto_never_picks_a_failed_or_uncertified_cell_however_fast():
+    failed = certificate("fast-long", 1, [1, 1], 16_000, 99.0)
+    matrix = Matrix((row("exact", doc=EXACT), row("fast-long", FAILED, failed), row("q8", UNCERTIFIED)), ())
+    assert select_profile(matrix).profile == "exact"
+
+
+def test_auto_with_nothing_certified_is_one_line():
+    with pytest.raises(SelectionError, match=r"^--profile auto: no cell is certified on this machine; "
+                                             r"run `effctx certify --quick`$"):
+        select_profile(Matrix((row("exact", UNCERTIFIED),), ()))
+
+
+def test_auto_for_a_workload_no_certificate_measured_says_so():
+    with pytest.raises(SelectionError, match="no certified cell has measured workload 'long-document'"):
+        select_profile(Matrix((row("exact", doc=EXACT),), ()), "long-document")
+
+
+def test_a_cell_with_a_step_function_in_certified_context_and_ttft_is_kept_with_its_evidence():
+    found = {v.profile: v for v in verdicts(Matrix((row("exact", doc=EXACT), row("fast-long", doc=FAST)), ()))}
+    assert found["exact"].verdict == "baseline"
+    fast = found["fast-long"]
+    assert fast.verdict == "keep"
+    assert fast.evidence[:4] == (
+        "keep: a step function in TTFT, certified context",
+        "TTFT 300 ms against 750 ms on agent-loop: 2.50x lower (keep at >= 2.0x)",
+        "certified context 16000 against 2048 tokens: 7.81x (keep at >= 1.5x)",
+        "decode 41.0 against 40.0 tok/s: 1.02x (keep at >= 1.3x)",
+    )
+
+
+def test_a_cell_within_noise_of_the_baseline_is_dropped():
+    found = {v.profile: v for v in verdicts(Matrix((row("exact", doc=EXACT), row("q8", doc=Q8)), ()))}
+    assert found["q8"].verdict == "drop"
+    assert found["q8"].evidence[0] == "drop: no step function over the baseline"
+
+
+def test_ttft_is_compared_only_on_workloads_both_cells_ran_from_the_same_file():
+    other = certificate("q8", 1_000, [10, 10], 2048, 40.0, workload="long-decode")
+    found = {v.profile: v for v in verdicts(Matrix((row("exact", doc=EXACT), row("q8", doc=other)), ()))}
+    assert found["q8"].evidence[1] == "TTFT: no workload measured on both cells"
+    assert found["q8"].verdict == "drop"
+
+
+def test_an_uncertified_cell_gets_no_verdict_and_says_why():
+    found = {v.profile: v for v in verdicts(Matrix((row("exact", doc=EXACT), row("q8", UNCERTIFIED)), ()))}
+    assert (found["q8"].verdict, found["q8"].evidence) == ("no verdict", ("uncertified: no certificate",))
+
+
+def test_verdicts_need_a_certified_baseline():
+    with pytest.raises(SelectionError, match=r"the baseline cell 'exact' is not certified on this machine"):
+        verdicts(Matrix((row("exact", UNCERTIFIED), row("q8", doc=Q8)), ()))
