@@ -18,10 +18,10 @@ EFFCTX = str(Path(sys.executable).with_name("effctx"))
 
 def test_cells_lists_every_profile_on_every_backend(default_model):
     out = subprocess.run([EFFCTX, "cells", "--json"], capture_output=True, text=True, timeout=120)
-    cells = {(c["backend"], c["profile"]): c for c in json.loads(out.stdout)}
+    cells = {(c["backend"], c["profile"]): c for c in json.loads(out.stdout)["cells"]}
     assert {("llama", "exact"), ("llama", "fast-long"), ("llama", "q8"), ("llama", "streaming")} <= set(cells)
     assert cells[("llama", "fast-long")]["capabilities"]["position_shift"] is False
-    assert cells[("llama", "streaming")]["reason"] == "no length limit: the streaming policy keeps at most 1024 tokens resident"
+    assert cells[("llama", "streaming")]["reason"] == "the streaming policy keeps at most 1024 tokens resident and evicts the rest"
     assert {("openvino", "ov-exact"), ("openvino", "ov-prefix-cache"), ("openvino", "ov-evict")} <= set(cells)
     assert cells[("openvino", "ov-exact")]["capabilities"]["exact_snapshot"] is True
     assert cells[("openvino", "ov-prefix-cache")]["capabilities"]["state_snapshot"] is False

@@ -83,7 +83,9 @@ async def test_ctrl_n_starts_a_new_conversation(default_model):
         assert "new conversation" in status_text(screen)
         await pilot.press(*"Hi again", "enter")
         await wait_for(pilot, lambda: screen.turns_done == 2)
-        assert "reused 0" in status_text(screen) and "dropped" in status_text(screen)
+        # The new conversation keeps the start it shares with the old one (BOS, "User:")
+        # and drops the rest: the old message and its reply.
+        assert "last turn: reused 3 · prefilled 5 · dropped 6" in status_text(screen)
 
 
 async def test_the_residency_strip_and_screen_follow_a_streaming_session(default_model):
