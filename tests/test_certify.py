@@ -188,3 +188,9 @@ def test_certify_of_an_unknown_profile_is_one_line_and_exit_2():
     assert out.returncode == 2
     assert out.stderr.startswith("effctx: error: unknown profile 'nope' (available: ")
     assert out.stderr.count("\n") == 1
+
+
+def test_certify_of_auto_is_refused_in_one_line_before_anything_runs():
+    out = effctx("certify", "--quick", "--profile", "exact,auto")
+    assert (out.returncode, out.stderr) == (
+        2, "effctx: error: certify measures named profiles; --profile auto picks among certified ones\n")

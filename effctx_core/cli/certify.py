@@ -7,6 +7,7 @@ import json
 import sys
 
 from effctx_core.cli.options import (
+    AUTO_PROFILE,
     add_runtime_options,
     prepared_model,
     profiles_from_args,
@@ -48,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.profile is None:
         args.profile = _default_profiles()
-    profiles = profiles_from_args(args)
-    if any(p.name == "auto" for p in profiles):
+    if AUTO_PROFILE in (name.strip() for name in args.profile.split(",")):
         raise EffctxError("certify measures named profiles; --profile auto picks among certified ones")
+    profiles = profiles_from_args(args)
     models = [prepared_model(args, profile) for profile in profiles]
     if len(set(models)) > 1:
         raise EffctxError("certify runs one model at a time: the profiles name different model files")

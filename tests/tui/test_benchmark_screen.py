@@ -3,6 +3,8 @@ turns beside the library's control with the TTFT curve, progress, and Esc cancel
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pilot_wait import wait_for
 from small_workload import write_small_workload
 from textual import events
@@ -84,12 +86,18 @@ async def test_escape_cancels_a_running_benchmark_and_a_second_escape_goes_back(
         assert app.screen is app.session_screen
 
 
+async def ran_workload(pilot, app: EffctxApp, folder: Path) -> BenchmarkScreen:
+    """The screen after `w` ran the small workload to the end."""
+    bench = await open_workload_bench(pilot, app, str(write_small_workload(folder)))
+    await pilot.press("w")
+    await wait_for(pilot, lambda: bench.workload_report is not None, seconds=300)
+    return bench
+
+
 async def test_a_workload_run_fills_the_turn_table_one_row_per_turn(default_model, tmp_path):
     app = EffctxApp(checkpoints=None)
     async with app.run_test(size=(120, 40)) as pilot:
-        bench = await open_workload_bench(pilot, app, str(write_small_workload(tmp_path)))
-        await pilot.press("w")
-        await wait_for(pilot, lambda: bench.workload_report is not None, seconds=300)
+        bench = await ran_workload(pilot, app, tmp_path)
         bar = bench.query_one("#bench-progress", ProgressBar)
         assert not bench.running and (bar.total, bar.progress) == (5, 5)
         table = bench.query_one("#bench-turns", DataTable)
@@ -108,9 +116,7 @@ async def test_a_workload_run_fills_the_turn_table_one_row_per_turn(default_mode
 async def test_a_workload_run_plots_ttft_against_computed_tokens_for_effctx_and_the_control(default_model, tmp_path):
     app = EffctxApp(checkpoints=None)
     async with app.run_test(size=(120, 40)) as pilot:
-        bench = await open_workload_bench(pilot, app, str(write_small_workload(tmp_path)))
-        await pilot.press("w")
-        await wait_for(pilot, lambda: bench.workload_report is not None, seconds=300)
+        bench = await ran_workload(pilot, app, tmp_path)
         plot = bench.query_one("#bench-curve", PlotextPlot)
         assert plot.display and plot.size.height >= 10
         points = bench.workload_report.curve()
