@@ -151,7 +151,7 @@ class Certifier:
         say("passkey grid", 1)
         grid = partial.stage("passkey", lambda: self._passkey(profile))
         say("NLL of the reference text", 2)
-        nll = partial.stage("nll", lambda: self._nll(profile).to_dict())
+        nll = partial.stage("nll", lambda: self._nll(profile, info).to_dict())
         workloads = {}
         for i, name in enumerate(plan.workloads):
             workload = load_workload(name)
@@ -185,8 +185,8 @@ class Certifier:
         finally:
             engine.close()
 
-    def _nll(self, profile: Profile) -> NLLResult:
-        scores = get_backend(profile.backend).describe(self.model_path, profile).capabilities.token_scores
+    def _nll(self, profile: Profile, info: ModelInfo) -> NLLResult:
+        scores = info.capabilities.token_scores
         if not scores.supported:
             return NLLResult(False, scores.reason)
         ref_profile = reference_profile(profile)

@@ -5,7 +5,7 @@ worker on sessions of their own, with progress; Esc cancels."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from rich.text import Text
 from textual import work
@@ -165,29 +165,25 @@ class BenchmarkScreen(Screen):
         else:
             self.app.pop_screen()
 
-    @work(thread=True, exclusive=True, exit_on_error=False)
     def _run(self, token: CancelToken) -> None:
-        try:
-            report = run_cell_bench(self.model_path, self.profile, self.plan,
-                                    progress=self._post_progress, cancel=token)
-        except Cancelled as exc:
-            self.post_message(self.Finished(None, str(exc), cancelled=True))
-        except EffctxError as exc:
-            self.post_message(self.Finished(None, str(exc)))
-        else:
-            self.post_message(self.Finished(report, None))
+        self._measure(lambda: run_cell_bench(self.model_path, self.profile, self.plan, progress=self._post_progress,
+                                             cancel=token), self.Finished)
+
+    def _run_workload(self, token: CancelToken) -> None:
+        self._measure(lambda: run_workload(self.model_path, self.profile, load_workload(self.workload), control=True,
+                                           progress=self._post_progress, cancel=token), self.WorkloadFinished)
 
     @work(thread=True, exclusive=True, exit_on_error=False)
-    def _run_workload(self, token: CancelToken) -> None:
+    def _measure(self, measure: Callable[[], Any], finished: Callable[..., Message]) -> None:
+        """Run `measure` off the app thread; its report, error or cancel comes back as `finished`."""
         try:
-            report = run_workload(self.model_path, self.profile, load_workload(self.workload), control=True,
-                                  progress=self._post_progress, cancel=token)
+            report = measure()
         except Cancelled as exc:
-            self.post_message(self.WorkloadFinished(None, str(exc), cancelled=True))
+            self.post_message(finished(None, str(exc), cancelled=True))
         except EffctxError as exc:
-            self.post_message(self.WorkloadFinished(None, str(exc)))
+            self.post_message(finished(None, str(exc)))
         else:
-            self.post_message(self.WorkloadFinished(report, None))
+            self.post_message(finished(report, None))
 
     def _post_progress(self, message: str, done: int, total: int) -> None:
         self.post_message(self.Progress(message, done, total))
