@@ -15,12 +15,12 @@ STAMP := $(VENV)/.effctx-installed
 # nothing measurable from AMX.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'
 
-.PHONY: run test lint setup model clean
+.PHONY: run test lint setup model llama-cpp clean
 
 run: model
 	$(BIN)/effctx
 
-test: lint model
+test: lint model llama-cpp
 	$(BIN)/python -m pytest -q
 
 # The layers (import-linter contracts), lint (ruff) and types (mypy on effctx_core);
@@ -34,6 +34,13 @@ setup: $(STAMP)
 
 model: $(STAMP)
 	$(BIN)/effctx model prepare
+
+# effctx's own build of the llama.cpp tree that llama-cpp-python vendors, with ggml's RPC
+# backend and llama-server: RPC workers (`effctx worker`), llama cells with rpc_workers and
+# the llama-server cell need it. Built once into effctx's cache folder (about 5-7 minutes
+# on 2 cores, said when done); later runs find it and return at once.
+llama-cpp: $(STAMP)
+	$(BIN)/effctx runtime build
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Generator, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, ContextManager, Generator, Protocol, Sequence
 
 from effctx_core.identity import RuntimeIdentity
 
@@ -134,6 +134,24 @@ class ModelFacts:
 
 
 @dataclass(frozen=True)
+class DeviceShare:
+    """What one device outside this process holds of a session (an RPC worker), as the
+    runtime placed it: its layers, and the bytes of weights and KV cache it allocated."""
+
+    where: str  # the endpoint, e.g. "127.0.0.1:50052"
+    device: str  # the runtime's name for it, e.g. "RPC0"
+    layers: tuple[int, ...]
+    model_bytes: int
+    kv_bytes: int
+
+    @property
+    def layer_text(self) -> str:
+        if not self.layers:
+            return "no layers"
+        return f"layer {self.layers[0]}" if len(self.layers) == 1 else f"layers {self.layers[0]}-{self.layers[-1]}"
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     facts: ModelFacts
     backend: str
@@ -143,6 +161,9 @@ class ModelInfo:
     n_ctx: int
     capabilities: Capabilities
     limits: tuple[ContextLimit, ...]
+    # The devices outside this process that hold the model and its cache; empty when it
+    # all runs here.
+    placement: tuple[DeviceShare, ...] = ()
 
     @property
     def max_context(self) -> ContextLimit:
@@ -398,6 +419,11 @@ class Backend(Protocol):
         backend reads; called before anything is loaded."""
         ...
 
+    def unavailable(self, profile: Profile) -> str | None:
+        """Why `profile` cannot run on this machine at all (a build or a binary it needs is
+        not there), or None; open and describe then raise BackendUnavailableError."""
+        ...
+
     def pending_preparation(self, model_path: Path, profile: Profile) -> str | None:
         """What the first open of `profile` must do before it can run and what it costs,
         as a phrase ("converts the GGUF to ... (about 25 s)"), or None when nothing is left."""
@@ -437,6 +463,17 @@ class Backend(Protocol):
         """The plain loop over the runtime's own API that the benchmark holds the engine
         against: the same settings, none of the engine's bookkeeping."""
         ...
+
+
+@dataclass(frozen=True)
+class ContractVariant:
+    """One way of running a backend's sessions that the conformance suite runs apart."""
+
+    options: tuple[tuple[str, object], ...] = ()  # the backend's own profile table
+    # What the variant needs running while its tests run (workers, a server): a context
+    # manager that starts it, yields the profile changes that point at it, and stops it.
+    # It raises BackendUnavailableError when this machine cannot run it.
+    services: Callable[[], ContextManager[dict[str, object]]] | None = None
 
 
 @dataclass(frozen=True)

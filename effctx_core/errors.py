@@ -31,6 +31,10 @@ class ContextOverflowError(EffctxError):
             f"> n_ctx {n_ctx}"
         )
 
+    def __reduce__(self):
+        # Pickled across the RPC host's pipe: rebuilt from the fields, not the message.
+        return type(self), (self.stage, self.resident, self.additional, self.n_ctx)
+
 
 class SessionFatalError(EffctxError):
     """The backend state can no longer be trusted; the session must be reopened."""
@@ -45,9 +49,29 @@ class IdentityMismatchError(EffctxError):
         )
         super().__init__(f"snapshot belongs to another runtime identity ({diff})")
 
+    def __reduce__(self):
+        return type(self), (self.expected, self.got)
+
+
+class RpcWorkerError(SessionFatalError):
+    """An RPC worker that is down, stopped answering, or speaks another protocol version:
+    the session it served is poisoned, and `worker` says which one ("" when unknown)."""
+
+    def __init__(self, message: str, worker: str = ""):
+        self.worker = worker
+        super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (str(self), self.worker)
+
 
 class UnsupportedFeatureError(EffctxError):
     pass
+
+
+class BackendUnavailableError(EffctxError):
+    """This machine lacks something a backend or a profile needs to run at all (a build,
+    a binary): nothing is wrong with the model or the profile."""
 
 
 class Cancelled(EffctxError):

@@ -6,6 +6,7 @@ Built-in profiles ship in `effctx_core/builtin_profiles/`; user profiles live in
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -46,6 +47,11 @@ class Profile:
     # (measured max|dlogit| about 1), so bit-exact snapshot replay needs it off.
     flash_attn: bool = False
     swa_full: bool = True
+    # llama: ggml RPC workers ("host:port") that hold the model's layers and KV cache.
+    rpc_workers: tuple[str, ...] = ()
+    # llama with rpc_workers: the longest silence from a worker before the session is
+    # given up as poisoned (a model upload gets this plus its size at 10 MB/s).
+    rpc_timeout_s: float = 60.0
     residency: ResidencyConfig = field(default_factory=ResidencyConfig)
     # The backend's own table (`[openvino]` in TOML), as sorted (key, value) pairs: the
     # backend checks and reads it, the profile only carries it.
@@ -59,6 +65,8 @@ class Profile:
             raise ProfileError(f"{where}: n_batch {self.n_batch} must be positive")
         if self.threads < 0:
             raise ProfileError(f"{where}: threads must be 0 (all free cores) or more")
+        if not math.isfinite(self.rpc_timeout_s) or self.rpc_timeout_s <= 0:
+            raise ProfileError(f"{where}: rpc_timeout_s must be a positive number of seconds")
         try:
             problems = profile_problems(self, where)
         except EffctxError as exc:  # a backend that is unknown, or not in this build
@@ -88,9 +96,10 @@ class Profile:
 
 _TOP_KEYS = {f.name for f in fields(Profile)} - {"name", "residency", "options"}
 _RESIDENCY_KEYS = {f.name for f in fields(ResidencyConfig)}
-_TYPES = {
+_TYPES: dict[str, type | tuple[type, ...]] = {
     "description": str, "backend": str, "model": str, "n_ctx": int, "n_batch": int, "threads": int,
     "kv_cache_type_k": str, "kv_cache_type_v": str, "flash_attn": bool, "swa_full": bool,
+    "rpc_workers": list, "rpc_timeout_s": (int, float),
     "policy": str, "sink_tokens": int, "recent_tokens": int, "budget": int, "block_size": int, "slide_tokens": int,
 }
 
@@ -99,9 +108,12 @@ def _check_types(table: dict, where: str, prefix: str = "") -> None:
     for key, value in table.items():
         want = _TYPES[key]
         # TOML booleans are ints in Python: keep them apart.
-        ok = isinstance(value, want) and not (want is int and isinstance(value, bool))
+        ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
         if not ok:
-            raise ProfileError(f"{where}: {prefix}{key} must be {want.__name__}, not {type(value).__name__}")
+            name = "a number" if isinstance(want, tuple) else want.__name__
+            raise ProfileError(f"{where}: {prefix}{key} must be {name}, not {type(value).__name__}")
+        if want is list and not all(isinstance(item, str) for item in value):
+            raise ProfileError(f"{where}: {prefix}{key} must be a list of strings")
 
 
 def profile_from_toml(text: str, name: str, where: str) -> Profile:
@@ -131,6 +143,10 @@ def profile_from_toml(text: str, name: str, where: str) -> Profile:
     _check_types(data, where)
     _check_types(residency, where, "residency.")
     options = tuple(sorted(tables.get(backend, {}).items()))
+    if "rpc_workers" in data:
+        data["rpc_workers"] = tuple(data["rpc_workers"])
+    if "rpc_timeout_s" in data:
+        data["rpc_timeout_s"] = float(data["rpc_timeout_s"])
     return Profile(name=name, residency=ResidencyConfig(**residency), options=options, **data)
 
 

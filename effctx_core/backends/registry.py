@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from effctx_core.errors import EffctxError
 
 if TYPE_CHECKING:
-    from effctx_core.contract import Backend
+    from effctx_core.contract import Backend, ContractVariant
     from effctx_core.profiles import Profile
 
 
@@ -78,8 +78,10 @@ def quantized_kv_types(name: str) -> tuple[str, ...]:
     return types
 
 
-def contract_variants(name: str) -> dict[str, tuple[tuple[str, object], ...]]:
-    """The backend's ways of running a session that the conformance suite runs apart, as
-    profile options (the first is the backend's default)."""
-    variants: dict[str, tuple[tuple[str, object], ...]] = getattr(_settings(name), "CONTRACT_VARIANTS", {"": ()})
+def contract_variants(name: str) -> dict[str, "ContractVariant"]:
+    """The backend's ways of running a session that the conformance suite runs apart (the
+    first is the backend's default)."""
+    from effctx_core.contract import ContractVariant
+
+    variants: dict[str, ContractVariant] = getattr(_settings(name), "CONTRACT_VARIANTS", {"": ContractVariant()})
     return variants

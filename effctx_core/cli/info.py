@@ -49,7 +49,7 @@ def info_dict(info: ModelInfo) -> dict:
             "chat_format": info.identity.prompt_template,
             "chat_format_reason": chat_format_report(f)[1],
         },
-        "backend": {"name": info.backend, "version": info.backend_version},
+        "backend": {"name": info.backend, "version": info.backend_version, "device": info.device},
         # The backend's settings also at the top level, and chat_format, where the JSON
         # had them before the identity took a backend-supplied mapping.
         "identity": {**info.identity.to_dict(), **info.identity.settings, "chat_format": info.identity.prompt_template,
@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"backend      {data['backend']['name']} {data['backend']['version']}, n_ctx {data['n_ctx']}, "
           f"n_batch {data['n_batch']}")
     print(f"profile      {profile.name}: {profile.description or 'no description'}")
+    print(f"device       {info.device}")
     print(f"identity     {data['identity']['digest'][:16]}")
     print("capabilities")
     for key, cap in info.capabilities.flags().items():

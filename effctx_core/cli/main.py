@@ -10,7 +10,21 @@ import argparse
 import sys
 from typing import Sequence
 
-from effctx_core.cli import bench, cells, certify, info, model, profiles, run, sessions, smoke, snapshots, trace
+from effctx_core.cli import (
+    bench,
+    cells,
+    certify,
+    info,
+    model,
+    profiles,
+    run,
+    runtime,
+    sessions,
+    smoke,
+    snapshots,
+    trace,
+    worker,
+)
 from effctx_core.cli.options import EXIT_BAD_INPUT, OneLineParser
 from effctx_core.errors import EffctxError
 from effctx_core.user_files import os_reason
@@ -18,7 +32,8 @@ from effctx_core.user_files import os_reason
 # In the order `effctx --help` lists them.
 COMMANDS = {
     "info": info, "cells": cells, "certify": certify, "profiles": profiles, "run": run, "bench": bench, "smoke": smoke,
-    "trace": trace, "snapshots": snapshots, "sessions": sessions, "model": model,
+    "trace": trace, "snapshots": snapshots, "sessions": sessions, "model": model, "worker": worker,
+    "runtime": runtime,
 }
 
 

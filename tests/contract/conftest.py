@@ -8,6 +8,7 @@ one that is not claimed is skipped with the capability's name and the backend's 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -17,7 +18,7 @@ from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.backends.registry import BACKENDS, contract_variants, get_backend
 from effctx_core.contract import Backend, Capability, Session
-from effctx_core.errors import ModelFileError
+from effctx_core.errors import BackendUnavailableError, ModelFileError
 from effctx_core.models import prepare_default_model
 from effctx_core.profiles import Profile
 
@@ -35,10 +36,13 @@ class CellUnderTest:
     model_path: Path
     variant: str = ""
     options: tuple[tuple[str, object], ...] = ()
+    # What the variant's services point the profile at (workers, a server).
+    service_changes: tuple[tuple[str, object], ...] = ()
 
     def profile(self, **changes: object) -> Profile:
         base = Profile(name="contract", backend=self.backend.name, n_ctx=N_CTX, n_batch=N_BATCH,
-                       description="the conformance suite's cell", options=self.options)
+                       description="the conformance suite's cell", options=self.options,
+                       **dict(self.service_changes))
         return base.with_changes(**changes) if changes else base
 
     def open(self, **changes: object) -> Session:
@@ -64,15 +68,26 @@ CELLS = [(b, v, m) for b in BACKENDS for v in contract_variants(b) for m in MODE
 
 
 @pytest.fixture(scope="module", params=CELLS, ids=lambda p: "-".join(part for part in p if part))
-def cell(request: pytest.FixtureRequest) -> CellUnderTest:
-    backend_name, variant, model_name = request.param
+def cell(request: pytest.FixtureRequest) -> Iterator[CellUnderTest]:
+    """The cell, with whatever its variant needs running (started here, stopped after the module)."""
+    backend_name, variant_name, model_name = request.param
     backend = get_backend(backend_name)
+    variant = contract_variants(backend_name)[variant_name]
     path = _model_path(model_name, request)
     try:
         backend.check_model(path)
     except ModelFileError as exc:
         pytest.skip(f"the {backend_name} backend does not read the {model_name} model: {exc}")
-    return CellUnderTest(backend, model_name, path, variant, contract_variants(backend_name)[variant])
+    try:
+        services = variant.services() if variant.services is not None else nullcontext({})
+        with services as changes:
+            found = CellUnderTest(backend, model_name, path, variant_name, variant.options, tuple(changes.items()))
+            reason = backend.unavailable(found.profile())
+            if reason is not None:
+                pytest.skip(f"{found} cannot run here: {reason}")
+            yield found
+    except BackendUnavailableError as exc:
+        pytest.skip(f"{backend_name} {variant_name} cannot run here: {exc}")
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,13 @@ from effctx_core.backends.llama.executor import LlamaResidencyExecutor, check_po
 from effctx_core.backends.llama.gguf_facts import check_gguf_file
 from effctx_core.backends.llama.runtime import load_model
 from effctx_core.backends.llama.session import LlamaSession
+from effctx_core.backends.llama_cpp_build import find_build, require_build
 from effctx_core.contract import Baseline, ModelInfo, RuntimeEviction, Session
 from effctx_core.models import ProgressFn
 
 if TYPE_CHECKING:
+    from effctx_core.backends.llama.rpc_hosted import RpcHost
+
     # The profile is read, never built, here: the backends sit below the profile schema.
     from effctx_core.profiles import Profile
 
@@ -28,13 +31,32 @@ class LlamaBackend:
     def check_model(self, path: Path) -> None:
         check_gguf_file(path)
 
+    def unavailable(self, profile: Profile) -> str | None:
+        if profile.rpc_workers and find_build() is None:
+            return ("rpc_workers needs effctx's llama.cpp build with RPC (build it once, about 7 minutes: "
+                    "make llama-cpp, or: effctx runtime build)")
+        return None
+
+    def _rpc(self, profile: Profile) -> tuple[RpcHost, str]:
+        """The RPC host of the profile's workers, and the runtime version its sessions report:
+        effctx's own build, not the wheel's libraries."""
+        from effctx_core.backends.llama.rpc_hosted import host_for
+
+        build = require_build(f"profile {profile.name!r} (rpc_workers)")
+        return host_for(profile, build), f"{self.version()}+rpc.{build.commit[:7]}"
+
     def pending_preparation(self, model_path: Path, profile: Profile) -> str | None:
         return None  # llama.cpp reads the GGUF as it is
 
     def prepare(self, model_path: Path, profile: Profile, progress: ProgressFn | None = None) -> None:
         pass
 
-    def open(self, model_path: Path, profile: Profile) -> LlamaSession:
+    def open(self, model_path: Path, profile: Profile) -> Session:
+        if profile.rpc_workers:
+            from effctx_core.backends.llama.rpc_hosted import HostedSession
+
+            host, version = self._rpc(profile)
+            return HostedSession(host, Path(model_path), profile, version)
         return LlamaSession(load_model(Path(model_path)), profile, self.version())
 
     def describe(self, model_path: Path, profile: Profile) -> ModelInfo:
@@ -51,12 +73,20 @@ class LlamaBackend:
         check_policy(info.capabilities, policy)
 
     def residency_executor(self, session: Session) -> LlamaResidencyExecutor:
-        if not isinstance(session, LlamaSession):
+        from effctx_core.backends.llama.rpc_hosted import HostedSession
+
+        if not isinstance(session, (LlamaSession, HostedSession)):
             raise TypeError(f"the llama executor needs a llama session, not {type(session).__name__}")
         return LlamaResidencyExecutor(session)
 
     def baseline(self, model_path: Path, profile: Profile) -> Baseline:
         from effctx_core.backends.llama.baseline import LlamaBaseline
+
+        if profile.rpc_workers:
+            from effctx_core.backends.llama.rpc_hosted import HostedBaseline
+
+            host, _version = self._rpc(profile)
+            return HostedBaseline(host, Path(model_path), profile)
 
         return LlamaBaseline(Path(model_path), profile)
 

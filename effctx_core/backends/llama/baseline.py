@@ -38,9 +38,10 @@ class LlamaBaseline:
     name = "llama_decode loop (llama-cpp-python C API)"
     library_name = "Llama.create_completion (llama-cpp-python)"
 
-    def __init__(self, model_path: Path, profile: Profile):
+    def __init__(self, model_path: Path, profile: Profile, gpu_layers: int = 0):
         self._profile = profile
-        self._model = load_model(model_path)
+        self._gpu_layers = gpu_layers  # to the registered RPC workers, where the cell has them
+        self._model = load_model(model_path, gpu_layers=gpu_layers)
         clear_llama_errors()
         self._ctx = llama_cpp.llama_init_from_model(self._model.model, context_params(profile))
         if not self._ctx:
@@ -89,7 +90,7 @@ class LlamaBaseline:
         if self._llama is None:
             p = self._profile
             self._llama = llama_cpp.Llama(
-                model_path=str(self._model.path), n_ctx=p.n_ctx, n_batch=p.n_batch, n_ubatch=p.n_batch,
+                model_path=str(self._model.path), n_gpu_layers=self._gpu_layers, n_ctx=p.n_ctx, n_batch=p.n_batch, n_ubatch=p.n_batch,
                 n_threads=p.n_threads, n_threads_batch=p.n_threads, flash_attn=p.flash_attn, swa_full=p.swa_full,
                 type_k=KV_CACHE_TYPES[p.kv_cache_type_k], type_v=KV_CACHE_TYPES[p.kv_cache_type_v], verbose=False,
             )

@@ -108,6 +108,14 @@ class LayerKVProfile(LayerKV):
         k, v = self._kv(self._caches(*self.cache_cells(n_ctx, n_ubatch, swa_full)))
         return KVBytes(k, v)
 
+    def layers_cache_bytes(self, layers: tuple[int, ...], n_ctx: int, n_ubatch: int = 512,
+                           swa_full: bool = True) -> int:
+        """The KV cache of some layers alone: what a device holding them allocates."""
+        global_cells, swa_cells = self.cache_cells(n_ctx, n_ubatch, swa_full)
+        held = [i for i in layers if i < self.n_layers]  # layer n_layers is the output head: no cache
+        n_global = sum(1 for i in held if i in self.global_layers)
+        return (n_global * global_cells + (len(held) - n_global) * swa_cells) * self.bytes_per_token_layer
+
     # ------------------------------------------------------------ sequence state
 
     def seq_state_cells(self, n_tokens: int) -> tuple[int, int]:
@@ -258,6 +266,10 @@ def capacity_lines(report: dict, profile: Profile) -> list[str]:
         pair = f"{row['kv_cache_type_k']}/{row['kv_cache_type_v']}" + ("*" if row["needs_flash_attn"] else "")
         lines.append(f"  {pair:14}{row['bytes_per_token'] or 0:>10.0f}{row['max_hot_tokens']:>16}  {row['reason']}")
     lines.append("  * needs flash attention")
+    for share in report.get("placement", []):
+        lines.append(f"on worker    {share['where']}: {share['layers_text']}, KV {format_bytes(share['kv_bytes'])} "
+                     f"(llama.cpp's figure; modeled {format_bytes(share['kv_bytes_modeled'])}), "
+                     f"weights {format_bytes(share['model_bytes'])}")
     return lines
 
 
@@ -277,5 +289,12 @@ def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> dic
             "n_ctx_limit": None,
             "rows": capacity_table(info.facts, memory_bytes, None, profile.swa_full, profile.n_batch),
         },
+        # Where the cache lives when workers hold the layers: each worker's share, as
+        # llama.cpp allocated it and as the layer math gives it.
+        "placement": [{
+            "where": share.where, "device": share.device, "layers": list(share.layers),
+            "layers_text": share.layer_text, "model_bytes": share.model_bytes, "kv_bytes": share.kv_bytes,
+            "kv_bytes_modeled": layers.layers_cache_bytes(share.layers, info.n_ctx, profile.n_batch, profile.swa_full),
+        } for share in info.placement],
     }
     return {**report, "text": capacity_lines(report, profile)}

@@ -9,9 +9,10 @@ not move. Everything reported here was done and is therefore `observed`.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
-from effctx_core.backends.llama.session import LlamaSession
 from effctx_core.contract import Capabilities, RangeAction
 from effctx_core.errors import UnsupportedFeatureError
 from effctx_core.residency import BlockClass, BlockTable
@@ -27,8 +28,14 @@ def check_policy(caps: Capabilities, policy: str) -> None:
         )
 
 
+class RangeRemover(Protocol):
+    """A llama session here or in the RPC host: both cut a range out of their cache."""
+
+    def remove_range(self, start: int, end: int) -> float: ...
+
+
 class LlamaResidencyExecutor:
-    def __init__(self, session: LlamaSession):
+    def __init__(self, session: RangeRemover):
         self.session = session
 
     def apply(self, current: BlockTable, planned: BlockTable, demoted: np.ndarray) -> list[RangeAction]:

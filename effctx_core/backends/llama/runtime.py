@@ -11,10 +11,11 @@ import ctypes
 import signal
 import threading
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import llama_cpp
 import numpy as np
@@ -27,12 +28,29 @@ _init_lock = threading.Lock()
 _initialised = False
 _log_lines: deque[str] = deque(maxlen=64)
 _GGML_LOG_ERROR = 3
+# Every line llama.cpp logs while `all_log_lines` is open (None when it is not).
+_all_lines: list[str] | None = None
 
 
 @llama_cpp.llama_log_callback
 def _capture_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     if level == _GGML_LOG_ERROR or b"error" in text or b"failed" in text:
         _log_lines.append(text.decode("utf-8", "replace").strip())
+    if _all_lines is not None:
+        _all_lines.append(text.decode("utf-8", "replace"))
+
+
+@contextmanager
+def all_log_lines() -> Iterator[list[str]]:
+    """Every line llama.cpp logs inside the block: what it says about where it put each
+    layer and buffer has no other API."""
+    global _all_lines
+    lines: list[str] = []
+    _all_lines = lines
+    try:
+        yield lines
+    finally:
+        _all_lines = None
 
 
 def ensure_initialised() -> None:
@@ -150,24 +168,26 @@ def _load_progress(progress: float, user_data: ctypes.c_void_p) -> bool:
     return not (deferred is not None and deferred.hit)
 
 
-_models: dict[tuple[str, int, int, bool], LoadedModel] = {}
+_models: dict[tuple[str, int, int, bool, int], LoadedModel] = {}
 _models_lock = threading.Lock()
 
 
-def load_model(path: Path, vocab_only: bool = False) -> LoadedModel:
+def load_model(path: Path, vocab_only: bool = False, gpu_layers: int = 0) -> LoadedModel:
     """Load a GGUF model once per process (weights are mmapped and shared by contexts);
-    `vocab_only`: its tokenizer and metadata alone, for a runtime that brings its own weights."""
+    `vocab_only`: its tokenizer and metadata alone, for a runtime that brings its own weights;
+    `gpu_layers`: how many layers go to the devices registered with ggml (RPC workers)
+    instead of this process's CPU."""
     ensure_initialised()
     path = Path(path).resolve()
     check_gguf_file(path)
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns, vocab_only)
+    key = (str(path), st.st_size, st.st_mtime_ns, vocab_only, gpu_layers)
     with _models_lock:
         loaded = _models.get(key)
         if loaded is not None:
             return loaded
         params = llama_cpp.llama_model_default_params()
-        params.n_gpu_layers = 0
+        params.n_gpu_layers = gpu_layers
         params.vocab_only = vocab_only
         params.progress_callback = _load_progress
         clear_llama_errors()

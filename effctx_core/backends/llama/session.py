@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 import llama_cpp
@@ -31,6 +32,7 @@ from effctx_core.contract import (
     Capability,
     ContextLimit,
     DecodeConfig,
+    DeviceShare,
     ModelInfo,
     PrefillProgress,
     ProgressSink,
@@ -166,6 +168,14 @@ class LlamaSession(TapeSession):
     @property
     def model(self) -> LoadedModel:
         return self._model
+
+    def place(self, device: str, placement: tuple[DeviceShare, ...], notes: dict[str, str]) -> ModelInfo:
+        """Say where the session really runs (RPC workers, as llama.cpp placed it): the
+        device, placement and capability notes of its info; returns the new info."""
+        caps = self._info.capabilities
+        self._info = replace(self._info, device=device, placement=placement,
+                             capabilities=replace(caps, notes={**caps.notes, **notes}))
+        return self._info
 
     def _oldest_swa_position(self) -> int:
         held = int(llama_cpp.llama_memory_seq_pos_min(self._mem, SEQ))

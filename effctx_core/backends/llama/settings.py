@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from effctx_core.backends.llama.rpc_endpoints import parse_endpoint
+from effctx_core.contract import ContractVariant
 from effctx_core.identity import Setting
 
 if TYPE_CHECKING:
@@ -26,11 +28,23 @@ KV_CACHE_TYPES: dict[str, int] = {
 # Without flash attention llama.cpp refuses to create a context with any other V type.
 PLAIN_V_TYPES = ("f32", "f16", "bf16")
 QUANTIZED_TYPES = tuple(t for t in KV_CACHE_TYPES if t not in PLAIN_V_TYPES)
+MAX_RPC_WORKERS = 16  # GGML_RPC_MAX_SERVERS
+
+
+def _rpc_workers():
+    from effctx_core.backends.llama.rpc_local import contract_workers
+
+    return contract_workers()
+
+
+# In this process, and with the model and cache on two RPC workers on loopback.
+CONTRACT_VARIANTS = {"": ContractVariant(), "rpc": ContractVariant(services=_rpc_workers)}
 
 
 # The profile's top-level keys llama.cpp reads: every one (it has no table of its own).
 PROFILE_KEYS = frozenset({"description", "backend", "model", "n_ctx", "n_batch", "threads",
-                          "kv_cache_type_k", "kv_cache_type_v", "flash_attn", "swa_full"})
+                          "kv_cache_type_k", "kv_cache_type_v", "flash_attn", "swa_full", "rpc_workers",
+                          "rpc_timeout_s"})
 
 
 def check_profile(profile: "Profile", where: str) -> list[str]:
@@ -44,6 +58,15 @@ def check_profile(profile: "Profile", where: str) -> list[str]:
         if kind not in KV_CACHE_TYPES:
             problems.append(f"{where}: unknown KV cache type {kind!r} for {side.upper()} "
                             f"(known: {', '.join(KV_CACHE_TYPES)})")
+    for worker in profile.rpc_workers:
+        try:
+            parse_endpoint(worker)
+        except ValueError as exc:
+            problems.append(f"{where}: rpc_workers: {exc}")
+    if len(set(profile.rpc_workers)) != len(profile.rpc_workers):
+        problems.append(f"{where}: rpc_workers names a worker twice")
+    if len(profile.rpc_workers) > MAX_RPC_WORKERS:
+        problems.append(f"{where}: rpc_workers: at most {MAX_RPC_WORKERS} workers (ggml's limit)")
     if profile.kv_cache_type_v in KV_CACHE_TYPES and profile.kv_cache_type_v not in PLAIN_V_TYPES \
             and not profile.flash_attn:
         problems.append(f"{where}: V cache type {profile.kv_cache_type_v} needs flash_attn = true "

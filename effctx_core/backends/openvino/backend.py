@@ -49,6 +49,9 @@ class OpenVINOBackend:
     def check_model(self, path: Path) -> None:
         check_gguf_file(path)
 
+    def unavailable(self, profile: Profile) -> str | None:
+        return None  # openvino-genai installs from wheels with effctx
+
     def pending_preparation(self, model_path: Path, profile: Profile) -> str | None:
         """What the first open of this profile will do before it can run, or None."""
         return None if converted(model_path, profile, convert=False) is not None else CONVERSION_COST

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from effctx_core.contract import ContractVariant
 from effctx_core.identity import Setting
 
 if TYPE_CHECKING:
@@ -26,9 +27,9 @@ PRECISIONS = ("auto", "f32", "bf16")
 AGGREGATION_MODES = ("sum", "norm_sum")
 SPARSE_PREFILL = ("none", "trishape", "xattention")
 # The two pipelines are two ways of keeping a session's cache: the conformance suite runs both.
-CONTRACT_VARIANTS: dict[str, tuple[tuple[str, object], ...]] = {
-    "stateful": (),
-    "paged": (("enable_prefix_caching", True), ("pipeline", "paged")),
+CONTRACT_VARIANTS = {
+    "stateful": ContractVariant(),
+    "paged": ContractVariant(options=(("enable_prefix_caching", True), ("pipeline", "paged"))),
 }
 # openvino-genai's CPU cache is allocated and evicted in blocks of this many tokens.
 BLOCK_TOKENS = 32
