@@ -152,6 +152,27 @@ class DeviceShare:
 
 
 @dataclass(frozen=True)
+class StateCosts:
+    """What saving and loading a state of `tokens` tokens cost on the cell, beside
+    prefilling them: measured when a runtime moves states over a network, where a restore
+    can cost more than the prefill it saves."""
+
+    tokens: int
+    prefill_ms: float
+    save_ms: float
+    restore_ms: float
+
+    @property
+    def restore_beats_prefill(self) -> bool:
+        return self.restore_ms < self.prefill_ms
+
+    @property
+    def text(self) -> str:
+        return (f"measured on a {self.tokens}-token state: save {self.save_ms:.0f} ms, restore "
+                f"{self.restore_ms:.0f} ms, prefill {self.prefill_ms:.0f} ms")
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     facts: ModelFacts
     backend: str
@@ -164,6 +185,8 @@ class ModelInfo:
     # The devices outside this process that hold the model and its cache; empty when it
     # all runs here.
     placement: tuple[DeviceShare, ...] = ()
+    # None where a state moves in this process's memory (far cheaper than any prefill).
+    state_costs: StateCosts | None = None
 
     @property
     def max_context(self) -> ContextLimit:

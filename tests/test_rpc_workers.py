@@ -39,7 +39,8 @@ PROMPT = "The capital of France is"
 
 
 def rpc_profile(workers, **changes) -> Profile:
-    return Profile(name="rpc-test", n_ctx=512, n_batch=64, rpc_workers=tuple(w.endpoint for w in workers), **changes)
+    base = Profile(name="rpc-test", n_ctx=512, n_batch=64, rpc_workers=tuple(w.endpoint for w in workers))
+    return base.with_changes(**changes)
 
 
 @pytest.fixture(scope="module")
@@ -315,3 +316,40 @@ def test_worker_warns_loudly_off_loopback_and_stops_cleanly_on_ctrl_c():
     assert "WARNING: the ggml RPC protocol has no authentication and no encryption" in err
     assert "Traceback" not in err
     assert out.splitlines()[-1] == "effctx worker: stopped"
+
+
+# --------------------------------------------------------------------------- what states cost
+
+
+@needs_build
+def test_the_prefix_cache_recomputes_where_a_restore_costs_more_and_says_why(model, tmp_path):
+    from effctx_core.engine import SessionEngine
+    from effctx_core.snapshots import SnapshotStore
+
+    store = SnapshotStore(tmp_path / "store")
+    with local_workers(2) as workers:
+        engine = SessionEngine(model, rpc_profile(workers, n_ctx=1024), prefix_cache=store)
+        info = engine.open()
+        try:
+            costs = info.state_costs
+            assert costs is not None and costs.tokens == 128
+            assert f"save {costs.save_ms:.0f} ms, restore {costs.restore_ms:.0f} ms" in \
+                info.capabilities.state_snapshot.reason
+            loaded = engine.load_prefix("The grass is green. " * 40)
+        finally:
+            engine.close()
+    if costs.restore_beats_prefill:
+        assert loaded.cache == "miss"
+    else:
+        assert loaded.cache == "recompute"
+        assert loaded.message is not None and loaded.message.startswith(
+            "prefix recomputed, not restored: a restore costs more than a prefill on this cell")
+        assert store.ls() == []
+
+
+def test_a_local_cell_has_no_state_costs_to_weigh(model):
+    session = LlamaBackend().open(model, Profile(name="local", n_ctx=256, n_batch=64))
+    try:
+        assert session.info.state_costs is None and session.info.placement == ()
+    finally:
+        session.close()

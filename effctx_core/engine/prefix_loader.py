@@ -36,6 +36,14 @@ class PrefixLoader:
         message = None
         if not session.info.capabilities.state_snapshot.supported:
             store = None  # states cannot be saved or loaded here: the prefix is prefilled
+        costs = session.info.state_costs
+        recompute = store is not None and costs is not None and not costs.restore_beats_prefill
+        if recompute:
+            assert costs is not None
+            # States cross a network on this cell: a restore would take longer than the
+            # prefill it saves, so neither a restore nor a save is done.
+            store = None
+            message = f"prefix recomputed, not restored: a restore costs more than a prefill on this cell ({costs.text})"
         key = store.find(identity.digest(), tokens) if store is not None else None
         if store is not None and key is not None:
             try:
@@ -63,7 +71,7 @@ class PrefixLoader:
             tracker.reset()
             raise
         if store is None:
-            return self._loaded("off", tokens, t0, None, message)
+            return self._loaded("recompute" if recompute else "off", tokens, t0, None, message)
         if tracker.report().resident_tokens < len(tokens):
             # The policy evicted part of it: the cache holds no state for the whole prefix.
             return self._loaded("miss", tokens, t0, None, message)

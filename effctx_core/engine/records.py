@@ -46,7 +46,7 @@ class SwapResult:
 class PrefixLoad:
     """How a stable prefix became resident: restored from the prefix cache or prefilled."""
 
-    cache: str  # "hit", "miss" or "off"
+    cache: str  # "hit", "miss", "off", or "recompute" (a restore would cost more than the prefill)
     tokens: int
     ms: float
     key: str | None

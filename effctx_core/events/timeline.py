@@ -318,7 +318,8 @@ def _cause(r: TurnRecord) -> tuple[str, str]:
         )
     if r.cache_lookup is not None:
         c = r.cache_lookup
-        how = {"hit": "restored from the prefix cache", "miss": "prefilled and stored", "off": "prefilled, no cache"}
+        how = {"hit": "restored from the prefix cache", "miss": "prefilled and stored", "off": "prefilled, no cache",
+               "recompute": "prefilled: a restore costs more than a prefill on this cell"}
         note = f" ({c.message})" if c.message else ""
         return f"{PREFIX_CACHE} {c.result}", (
             f"the stable prefix of {c.tokens:,} tokens was {how.get(c.result, c.result)} in {c.ms:,.1f} ms{note}; "

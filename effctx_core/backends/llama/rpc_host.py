@@ -21,14 +21,16 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
 
 from effctx_core.backends.llama.rpc_placement import Placement, parse_placement
-from effctx_core.contract import ModelInfo, PrefillProgress
+from effctx_core.contract import ModelInfo, PrefillProgress, StateCosts
 from effctx_core.errors import Cancelled, EffctxError
 
+_COST_TOKENS = 128
 # Markers that cross the pipe in place of objects that cannot.
 PROGRESS = "<progress sink>"
 GENERATOR = "<generator>"
@@ -100,6 +102,7 @@ class Host:
         self.objects: dict[int, Any] = {}
         self._next = 1
         self._load_lines: dict[str, list[str]] = {}
+        self._costs: dict[tuple, StateCosts] = {}
 
     def _keep(self, obj: object) -> int:
         handle = self._next
@@ -120,11 +123,10 @@ class Host:
             session = LlamaSession(model, profile, backend_version)
         placement = parse_placement(load_lines + lines, self.devices)
         check_placement(placement, model.facts.n_layers)
-        info = session.place(placement.summary, placement.workers, {
-            "rpc_workers": placement.summary,
-            "state_snapshot_cost": "each KV slice of a saved or loaded state is one network call to the worker "
-                                   "holding it: far slower than a local snapshot",
-        })
+        key = (model_path, profile.kv_cache_type_k, profile.kv_cache_type_v, profile.flash_attn, profile.swa_full)
+        if key not in self._costs:
+            self._costs[key] = measure_state_costs(model, profile, backend_version)
+        info = session.place(placement.summary, placement.workers, self._costs[key])
         return self._keep(session), info
 
     def executor(self, session_handle: int) -> int:
@@ -140,6 +142,31 @@ class Host:
 
     def drop(self, handle: int) -> None:
         self.objects.pop(handle, None)
+
+
+def measure_state_costs(model, profile, backend_version: str) -> StateCosts:
+    """Prefill, save and restore a short state on a throwaway context of the same cache
+    settings: the figures the prefix cache weighs a restore against a prefill with."""
+    from effctx_core.backends.llama.session import LlamaSession
+
+    n_ctx = min(2 * _COST_TOKENS, model.n_ctx_train)
+    probe = profile.with_changes(n_ctx=n_ctx, residency=replace(profile.residency, budget=0))
+    session = LlamaSession(model, probe, backend_version)
+    try:
+        text = " ".join(["the quick brown fox jumps over the lazy dog"] * 16)
+        tokens = model.tokenize(text, True)[: min(_COST_TOKENS, n_ctx - 1)]
+        t0 = time.perf_counter()
+        session.ensure_prefix(tokens)
+        t1 = time.perf_counter()
+        snapshot = session.snapshot()
+        t2 = time.perf_counter()
+        session.ensure_prefix([])
+        t3 = time.perf_counter()
+        session.restore(snapshot)
+        t4 = time.perf_counter()
+    finally:
+        session.close()
+    return StateCosts(len(tokens), (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t4 - t3) * 1e3)
 
 
 def model_layers_all() -> int:

@@ -37,6 +37,7 @@ from effctx_core.contract import (
     PrefillProgress,
     ProgressSink,
     SessionSnapshot,
+    StateCosts,
 )
 from effctx_core.errors import ContextOverflowError, EffctxError
 
@@ -169,12 +170,14 @@ class LlamaSession(TapeSession):
     def model(self) -> LoadedModel:
         return self._model
 
-    def place(self, device: str, placement: tuple[DeviceShare, ...], notes: dict[str, str]) -> ModelInfo:
-        """Say where the session really runs (RPC workers, as llama.cpp placed it): the
-        device, placement and capability notes of its info; returns the new info."""
+    def place(self, device: str, placement: tuple[DeviceShare, ...], costs: StateCosts) -> ModelInfo:
+        """Say where the session really runs (RPC workers, as llama.cpp placed it) and what
+        its states cost there; returns the new info."""
         caps = self._info.capabilities
-        self._info = replace(self._info, device=device, placement=placement,
-                             capabilities=replace(caps, notes={**caps.notes, **notes}))
+        snapshot = Capability(True, f"{caps.state_snapshot.reason}; over RPC each KV slice is one network call "
+                                    f"({costs.text})")
+        self._info = replace(self._info, device=device, placement=placement, state_costs=costs,
+                             capabilities=replace(caps, state_snapshot=snapshot))
         return self._info
 
     def _oldest_swa_position(self) -> int:
