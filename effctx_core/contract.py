@@ -167,6 +167,13 @@ class StateCosts:
         return self.restore_ms < self.prefill_ms
 
     @property
+    def recompute_reason(self) -> str | None:
+        """Why a state is better recomputed than saved and restored here, or None."""
+        if self.restore_beats_prefill:
+            return None
+        return f"a restore costs more than a prefill on this cell ({self.text})"
+
+    @property
     def text(self) -> str:
         return (f"measured on a {self.tokens}-token state: save {self.save_ms:.0f} ms, restore "
                 f"{self.restore_ms:.0f} ms, prefill {self.prefill_ms:.0f} ms")

@@ -347,6 +347,36 @@ def test_the_prefix_cache_recomputes_where_a_restore_costs_more_and_says_why(mod
         assert store.ls() == []
 
 
+@needs_build
+def test_a_turn_checkpoint_keeps_no_state_where_a_restore_costs_more(model, tmp_path):
+    from effctx_core.engine import SessionEngine
+    from effctx_core.snapshots import SnapshotStore
+
+    store = SnapshotStore(tmp_path / "checkpoints")
+    events = []
+    with local_workers(1) as workers:
+        engine = SessionEngine(model, rpc_profile(workers), checkpoints=store)
+        info = engine.open()
+        engine.subscribe(events.append)
+        try:
+            engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+            node = engine.tree.current
+            assert node is not None
+            restored = engine.restore_node(engine.tree.root.id)  # type: ignore[union-attr]
+            back = engine.restore_node(node)
+        finally:
+            engine.close()
+    assert info.state_costs is not None
+    added = [e for e in events if e.kind == "node"]
+    if info.state_costs.restore_beats_prefill:
+        assert added[-1].blob != ""
+        return
+    assert added[-1].blob == "" and added[-1].message.startswith(
+        "state not saved: a restore costs more than a prefill on this cell (measured on a 128-token state")
+    assert store.ls() == []
+    assert (restored.mode, back.mode, back.reason) == ("recompute", "recompute", "the node has no saved state")
+
+
 def test_a_local_cell_has_no_state_costs_to_weigh(model):
     session = LlamaBackend().open(model, Profile(name="local", n_ctx=256, n_batch=64))
     try:

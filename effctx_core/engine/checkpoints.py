@@ -61,7 +61,13 @@ class Checkpointer:
             tree.set_current(parent.id)  # the turn arrived at a node that exists
             return
         blob, state_bytes, message = known_blob, 0, None
-        if blob is None and self.store is not None and not tracker.evicts \
+        costs = session.info.state_costs
+        # A turn's state is not saved where restoring it would cost more than recomputing
+        # it (states cross a network); a checkpoint the user asks for always is.
+        dearer = costs.recompute_reason if costs is not None and kind == "turn" else None
+        if dearer is not None and blob is None and self.store is not None:
+            message = f"state not saved: {dearer}; restoring this node will recompute it"
+        elif blob is None and self.store is not None and not tracker.evicts \
                 and session.info.capabilities.state_snapshot.supported:
             try:
                 snap = session.snapshot()

@@ -37,13 +37,13 @@ class PrefixLoader:
         if not session.info.capabilities.state_snapshot.supported:
             store = None  # states cannot be saved or loaded here: the prefix is prefilled
         costs = session.info.state_costs
-        recompute = store is not None and costs is not None and not costs.restore_beats_prefill
+        why = costs.recompute_reason if costs is not None else None
+        recompute = store is not None and why is not None
         if recompute:
-            assert costs is not None
             # States cross a network on this cell: a restore would take longer than the
             # prefill it saves, so neither a restore nor a save is done.
             store = None
-            message = f"prefix recomputed, not restored: a restore costs more than a prefill on this cell ({costs.text})"
+            message = f"prefix recomputed, not restored: {why}"
         key = store.find(identity.digest(), tokens) if store is not None else None
         if store is not None and key is not None:
             try:
