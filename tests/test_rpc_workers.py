@@ -184,6 +184,25 @@ def test_the_model_and_its_cache_are_split_over_both_workers(model):
 
 
 @needs_build
+def test_the_baseline_runs_on_the_workers_and_a_session_after_it_still_finds_its_placement(model):
+    backend = LlamaBackend()
+    with local_workers(1) as workers:
+        profile = rpc_profile(workers)
+        baseline = backend.baseline(model, profile)
+        try:
+            session = backend.open(model, profile)
+            prompt = session.tokenize(PROMPT, True)
+            run = baseline.raw(prompt, 8)
+            session.ensure_prefix(prompt)
+            decoded = tuple(chunk.token for chunk in session.decode(DecodeConfig(max_tokens=8)))
+            assert session.info.placement[0].layers
+            session.close()
+        finally:
+            baseline.close()
+    assert run.tokens == decoded
+
+
+@needs_build
 def test_greedy_output_on_workers_is_the_local_output(model):
     backend = LlamaBackend()
     config = DecodeConfig(max_tokens=24)

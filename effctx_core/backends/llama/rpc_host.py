@@ -110,15 +110,21 @@ class Host:
         self.objects[handle] = obj
         return handle
 
-    def open_session(self, model_path: str, profile, backend_version: str) -> tuple[int, ModelInfo]:
+    def _load(self, model_path: str):
+        """The model, loaded once for this process with every layer on the workers, and
+        the log lines of that load: only the first load says where the layers went."""
         from effctx_core.backends.llama.runtime import all_log_lines, load_model
-        from effctx_core.backends.llama.session import LlamaSession
 
         with all_log_lines() as lines:
             # Every layer: the workers hold the blocks, the KV cache and the output head.
             model = load_model(Path(model_path), gpu_layers=model_layers_all())
-        # The model loads once per process; only its first load says where the layers went.
-        load_lines = self._load_lines.setdefault(model_path, lines)
+        return model, self._load_lines.setdefault(str(Path(model_path).resolve()), lines)
+
+    def open_session(self, model_path: str, profile, backend_version: str) -> tuple[int, ModelInfo]:
+        from effctx_core.backends.llama.runtime import all_log_lines
+        from effctx_core.backends.llama.session import LlamaSession
+
+        model, load_lines = self._load(model_path)
         with all_log_lines() as lines:
             session = LlamaSession(model, profile, backend_version)
         placement = parse_placement(load_lines + lines, self.devices)
@@ -137,6 +143,7 @@ class Host:
     def baseline(self, model_path: str, profile) -> tuple[int, str, str]:
         from effctx_core.backends.llama.baseline import LlamaBaseline
 
+        self._load(model_path)
         baseline = LlamaBaseline(Path(model_path), profile, gpu_layers=model_layers_all())
         return self._keep(baseline), baseline.name, baseline.library_name
 
