@@ -402,3 +402,24 @@ def test_a_local_cell_has_no_state_costs_to_weigh(model):
         assert session.info.state_costs is None and session.info.placement == ()
     finally:
         session.close()
+
+
+@needs_build
+def test_the_certificate_of_a_cell_on_workers_says_what_runs_where_and_what_states_cost(model, tmp_path):
+    from small_workload import write_small_workload
+    from test_certify import tiny_plan
+
+    from effctx_core.certify.runner import Certifier
+    from effctx_core.certify.schema import first_problem
+    from effctx_core.certify.store import CertificateStore
+
+    (tmp_path / "workload").mkdir()
+    plan = tiny_plan(write_small_workload(tmp_path / "workload"))
+    with local_workers(2) as workers:
+        done = Certifier(model, CertificateStore(tmp_path / "certificates"), plan).certify(rpc_profile(workers, n_ctx=1024))
+    cell = done.document["cell"]
+    assert first_problem(done.document) is None
+    assert cell["device"].startswith("rpc: ")
+    assert [share["where"] for share in cell["placement"]] == [w.endpoint for w in workers]
+    assert set(cell["state_costs"]) == {"tokens", "prefill_ms", "save_ms", "restore_ms"}
+    assert cell["backend_version"].endswith(f"+rpc.{BUILD.commit[:7]}")  # type: ignore[union-attr]

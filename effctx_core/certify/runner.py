@@ -258,6 +258,10 @@ class Certifier:
                 "kv_type_k": profile.kv_cache_type_k, "kv_type_v": profile.kv_cache_type_v,
                 "policy": profile.residency.policy,
                 "model": {"name": facts.name, "sha256": info.identity.model_sha256, "bytes": facts.file_bytes},
+                **({"placement": [{**asdict(share), "layers": list(share.layers)} for share in info.placement]}
+                   if info.placement else {}),
+                **({"state_costs": {k: round(v, 3) for k, v in asdict(info.state_costs).items()}}
+                   if info.state_costs else {}),
             },
             "hardware": asdict(hardware),
             "plan": self.plan.to_dict(profile),
