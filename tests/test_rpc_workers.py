@@ -252,6 +252,24 @@ def test_a_worker_killed_mid_decode_poisons_the_session_and_is_named(model):
 
 
 @needs_build
+def test_a_worker_killed_mid_prefill_poisons_the_session_and_is_named(model):
+    with local_workers(2) as workers:
+        session = LlamaBackend().open(model, rpc_profile(workers))
+        victim = workers[0]
+
+        def kill_after_the_first_chunk(progress) -> None:
+            if progress.done == progress.chunk_tokens:
+                os.kill(victim.pid, signal.SIGKILL)
+
+        try:
+            prompt = session.tokenize("The grass is green. " * 60, True)
+            with pytest.raises(RpcWorkerError, match=f"ensure prefix failed: RPC worker {victim.endpoint} is down"):
+                session.ensure_prefix(prompt, progress=kill_after_the_first_chunk)
+        finally:
+            session.close()
+
+
+@needs_build
 def test_a_worker_that_stops_answering_is_given_up_on_after_rpc_timeout_s(model):
     with local_workers(2) as workers:
         session = LlamaBackend().open(model, rpc_profile(workers, rpc_timeout_s=2.0))
