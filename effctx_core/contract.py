@@ -500,10 +500,11 @@ class ContractVariant:
     """One way of running a backend's sessions that the conformance suite runs apart."""
 
     options: tuple[tuple[str, object], ...] = ()  # the backend's own profile table
-    # What the variant needs running while its tests run (workers, a server): a context
-    # manager that starts it, yields the profile changes that point at it, and stops it.
-    # It raises BackendUnavailableError when this machine cannot run it.
-    services: Callable[[], ContextManager[dict[str, object]]] | None = None
+    # What the variant needs running while its tests run (workers, a server), given the
+    # model and the cell's profile: a context manager that starts it, yields the profile
+    # changes that point at it ("options": pairs merged into the backend's table), and
+    # stops it. It raises BackendUnavailableError when this machine cannot run it.
+    services: Callable[[Path, Profile], ContextManager[dict[str, object]]] | None = None
 
 
 @dataclass(frozen=True)

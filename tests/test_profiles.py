@@ -79,7 +79,7 @@ def test_a_profile_that_is_not_toml_is_refused():
 
 
 def test_an_unknown_profile_name_lists_the_available_ones():
-    with pytest.raises(ProfileError, match="unknown profile 'nope' \\(available: exact, fast-long, ov-evict, ov-exact, ov-prefix-cache, q8, streaming"):
+    with pytest.raises(ProfileError, match="unknown profile 'nope' \\(available: exact, fast-long, llama-server, ov-evict, ov-exact, ov-prefix-cache, q8, streaming"):
         load_profile("nope")
 
 

@@ -34,6 +34,8 @@ REGISTRY: dict[str, BackendEntry] = {
     entry.name: entry for entry in (
         BackendEntry("llama", "llama-cpp-python (llama.cpp)", "effctx_core.backends.llama", "LlamaBackend"),
         BackendEntry("openvino", "openvino-genai (OpenVINO)", "effctx_core.backends.openvino", "OpenVINOBackend"),
+        BackendEntry("llama-server", "llama.cpp's llama-server over HTTP", "effctx_core.backends.llama_server",
+                     "LlamaServerBackend"),
     )
 }
 # The backends this build can run.

@@ -223,6 +223,14 @@ class TapeSession:
             raise ContextOverflowError(stage, start, total, self._n_ctx)
         return self._append(tokens, stage, progress)
 
+    def _settle_pending(self) -> None:
+        """The runtime evaluated the pending token (to sample the next one, or at a stop
+        with room left): it is resident now, one decode step."""
+        self._resident += self._pending
+        self._pending = []
+        self._stats["decode_calls"] += 1
+        self._stats["decode_tokens"] += 1
+
     def _stop_reason(self, index: int, config: DecodeConfig) -> str | None:
         """Why the token at `index` ends the reply, if it does. The context filling is the
         truer reason when both hold: the engine shortens max_tokens to the room left, so

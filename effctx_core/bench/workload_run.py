@@ -2,8 +2,9 @@
 
 Each turn runs twice in one process, alternating: through effctx's engine, then the way
 a user would run it without effctx (`Baseline.control`: llama-cpp-python's
-`create_completion`, openvino-genai's pipeline with its prefix cache), on the same token
-ids, same settings and threads. The control keeps what its library keeps between calls
+`create_completion`, openvino-genai's pipeline with its prefix cache; or, for any
+llama.cpp profile, a llama-server of effctx's build), on the same token ids, same
+settings and threads. The control keeps what its library keeps between calls
 and nothing else, so every ratio is effctx end-to-end against what a user would
 otherwise run.
 
@@ -29,7 +30,7 @@ from effctx_core.bench.workloads import Turn, Workload
 from effctx_core.cancel import CancelToken
 from effctx_core.contract import Baseline, BaselineRun, DecodeConfig, TurnResult
 from effctx_core.engine import SessionEngine
-from effctx_core.errors import Cancelled
+from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.profiles import Profile
 from effctx_core.residency.report import MODELED
 from effctx_core.snapshots import SnapshotStore
@@ -350,15 +351,40 @@ def workload_steps(workload: Workload) -> int:
     return len(workload.turns) + sum(len(b.turns) for b in workload.branches) + 1
 
 
+# Controls that can stand beside any llama.cpp cell: the server a user would run instead.
+CONTROL_BACKENDS = ("llama-server",)
+
+
+def control_baseline(model_path: Path, profile: Profile, control_backend: str | None) -> Baseline:
+    """The control of a run: the profile's own backend's (what its library does by
+    itself), or another backend's plain server on the profile's llama.cpp settings."""
+    if control_backend is None or control_backend == profile.backend:
+        return get_backend(profile.backend).baseline(model_path, profile)
+    if control_backend not in CONTROL_BACKENDS:
+        raise EffctxError(f"no {control_backend!r} control (there is: {', '.join(CONTROL_BACKENDS)})")
+    if profile.rpc_workers:
+        raise EffctxError(f"the {control_backend} control runs on this machine alone; profile {profile.name!r} "
+                          "runs on RPC workers")
+    try:
+        same = Profile(name=profile.name, description=profile.description, backend=control_backend,
+                       n_ctx=profile.n_ctx, n_batch=profile.n_batch, threads=profile.threads,
+                       kv_cache_type_k=profile.kv_cache_type_k, kv_cache_type_v=profile.kv_cache_type_v,
+                       flash_attn=profile.flash_attn, swa_full=profile.swa_full)
+    except EffctxError as exc:
+        raise EffctxError(f"the {control_backend} control cannot run profile {profile.name!r}'s settings: {exc}") from None
+    return get_backend(control_backend).baseline(model_path, same)
+
+
 def run_workload(model_path: Path, profile: Profile, workload: Workload, control: bool = True,
-                 progress: ProgressFn = lambda m, d, t: None, cancel: CancelToken | None = None) -> WorkloadReport:
+                 progress: ProgressFn = lambda m, d, t: None, cancel: CancelToken | None = None,
+                 control_backend: str | None = None) -> WorkloadReport:
     """Run every turn of `workload` on `profile`, each beside the raw control unless
-    `control` is off. The prefix cache and checkpoints live in a temporary folder, so a
-    run never starts warm from an earlier one."""
+    `control` is off: the profile's own library's, or `control_backend`'s (llama-server:
+    the server a user would run instead, on the same settings). The prefix cache and
+    checkpoints live in a temporary folder, so a run never starts warm from an earlier one."""
     cancel = cancel or CancelToken()
-    backend = get_backend(profile.backend)
     steps = workload_steps(workload)
-    baseline = backend.baseline(model_path, profile) if control else None
+    baseline = control_baseline(model_path, profile, control_backend) if control else None
     try:
         with tempfile.TemporaryDirectory(prefix="effctx-workload-") as folder:
             run = _Run(model_path, profile, workload, baseline, Path(folder), progress, cancel, steps)

@@ -49,6 +49,9 @@ def add_parser(sub) -> None:
     workload.add_argument("workload", metavar="WORKLOAD", help="a built-in workload name or a workload .toml file")
     add_runtime_options(workload)
     workload.add_argument("--no-control", action="store_true", help="effctx alone, without the library's control run")
+    workload.add_argument("--control", metavar="BACKEND", choices=("llama-server",),
+                          help="the control a user would run instead: llama-server, a server of effctx's llama.cpp "
+                               "build on the profile's settings (default: the profile's own library)")
     workload.add_argument("--json", action="store_true")
 
     verdict = bench_sub.add_parser("verdict", help="keep or drop each certified cell against the baseline cell, "
@@ -165,13 +168,16 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
     from effctx_core.bench.workload_text import curve_text, summary_lines, totals_table, turn_table
     from effctx_core.bench.workloads import load_workload
 
+    if args.no_control and args.control:
+        raise EffctxError("--no-control and --control exclude each other")
     workload = load_workload(args.workload)
     profiles = profiles_from_args(args)
     models = [prepared_model(args, profile) for profile in profiles]
     reports = []
     with step_progress(args.json) as progress:
         for profile, model in zip(profiles, models):
-            reports.append(run_workload(model, profile, workload, control=not args.no_control, progress=progress))
+            reports.append(run_workload(model, profile, workload, control=not args.no_control, progress=progress,
+                                        control_backend=args.control))
     if args.json:
         print(json.dumps([r.to_dict() for r in reports], indent=2))
         return 0

@@ -40,9 +40,11 @@ class CellUnderTest:
     service_changes: tuple[tuple[str, object], ...] = ()
 
     def profile(self, **changes: object) -> Profile:
+        service = dict(self.service_changes)
+        # A service may point the backend's own table at what it started (a server).
+        options = tuple(sorted({**dict(self.options), **dict(service.pop("options", ()))}.items()))  # type: ignore[call-overload]
         base = Profile(name="contract", backend=self.backend.name, n_ctx=N_CTX, n_batch=N_BATCH,
-                       description="the conformance suite's cell", options=self.options,
-                       **dict(self.service_changes))
+                       description="the conformance suite's cell", options=options, **service)
         return base.with_changes(**changes) if changes else base
 
     def open(self, **changes: object) -> Session:
@@ -79,7 +81,8 @@ def cell(request: pytest.FixtureRequest) -> Iterator[CellUnderTest]:
     except ModelFileError as exc:
         pytest.skip(f"the {backend_name} backend does not read the {model_name} model: {exc}")
     try:
-        services = variant.services() if variant.services is not None else nullcontext({})
+        bare = CellUnderTest(backend, model_name, path, variant_name, variant.options)
+        services = variant.services(path, bare.profile()) if variant.services is not None else nullcontext({})
         with services as changes:
             found = CellUnderTest(backend, model_name, path, variant_name, variant.options, tuple(changes.items()))
             reason = backend.unavailable(found.profile())

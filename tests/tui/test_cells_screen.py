@@ -30,7 +30,7 @@ async def test_the_cells_screen_lists_cells_and_swaps_the_conversation(default_m
         screen = app.session_screen
         cells, tape = await _cells_after_one_turn(pilot, app)
         profiles = [c.profile for c in cells.cells]
-        assert profiles == ["exact", "fast-long", "q8", "streaming", "ov-evict", "ov-exact", "ov-prefix-cache"]
+        assert profiles == ["exact", "fast-long", "q8", "streaming", "ov-evict", "ov-exact", "ov-prefix-cache", "llama-server"]
         assert cells.query_one(DataTable).row_count == len(cells.cells)
         cells.query_one(DataTable).move_cursor(row=profiles.index("q8"))
         await pilot.press("enter")

@@ -34,10 +34,18 @@ class Endpoint:
 
     @property
     def loopback(self) -> bool:
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return self.host == "localhost"
+        return is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    """Only an address literal or `localhost` counts: a name that resolves to loopback
+    today may not tomorrow, and resolving it has no time bound."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_endpoint(text: str) -> Endpoint:

@@ -31,7 +31,7 @@ QUANTIZED_TYPES = tuple(t for t in KV_CACHE_TYPES if t not in PLAIN_V_TYPES)
 MAX_RPC_WORKERS = 16  # GGML_RPC_MAX_SERVERS
 
 
-def _rpc_workers():
+def _rpc_workers(model_path, profile):
     from effctx_core.backends.llama.rpc_local import contract_workers
 
     return contract_workers()
@@ -53,11 +53,6 @@ def check_profile(profile: "Profile", where: str) -> list[str]:
     if profile.options:
         problems.append(f"{where}: {', '.join(k for k, _ in profile.options)}: the llama backend takes no "
                         "backend table")
-    for side in ("k", "v"):
-        kind = getattr(profile, f"kv_cache_type_{side}")
-        if kind not in KV_CACHE_TYPES:
-            problems.append(f"{where}: unknown KV cache type {kind!r} for {side.upper()} "
-                            f"(known: {', '.join(KV_CACHE_TYPES)})")
     for worker in profile.rpc_workers:
         try:
             parse_endpoint(worker)
@@ -67,6 +62,17 @@ def check_profile(profile: "Profile", where: str) -> list[str]:
         problems.append(f"{where}: rpc_workers names a worker twice")
     if len(profile.rpc_workers) > MAX_RPC_WORKERS:
         problems.append(f"{where}: rpc_workers: at most {MAX_RPC_WORKERS} workers (ggml's limit)")
+    return problems + kv_type_problems(profile, where)
+
+
+def kv_type_problems(profile: "Profile", where: str) -> list[str]:
+    """What is wrong with the profile's K/V cache types for llama.cpp, one line each."""
+    problems = []
+    for side in ("k", "v"):
+        kind = getattr(profile, f"kv_cache_type_{side}")
+        if kind not in KV_CACHE_TYPES:
+            problems.append(f"{where}: unknown KV cache type {kind!r} for {side.upper()} "
+                            f"(known: {', '.join(KV_CACHE_TYPES)})")
     if profile.kv_cache_type_v in KV_CACHE_TYPES and profile.kv_cache_type_v not in PLAIN_V_TYPES \
             and not profile.flash_attn:
         problems.append(f"{where}: V cache type {profile.kv_cache_type_v} needs flash_attn = true "

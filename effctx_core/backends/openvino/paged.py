@@ -210,9 +210,7 @@ class OpenVINOPagedSession(TapeSession):
                         received += 1
                         t0 = time.perf_counter_ns()
                         if self._pending:
-                            self._resident += self._pending
-                            self._stats["decode_calls"] += 1
-                            self._stats["decode_tokens"] += 1
+                            self._settle_pending()
                         if self._vocabulary.is_eog(token):
                             self._pending = []
                             yield TokenChunk(token, text.flush(), index, step_ms + ms_since(t0), "eog")
@@ -228,10 +226,7 @@ class OpenVINOPagedSession(TapeSession):
                         index += 1
                         if stop:
                             if resident < self._n_ctx:
-                                self._resident += self._pending
-                                self._pending = []
-                                self._stats["decode_calls"] += 1
-                                self._stats["decode_tokens"] += 1
+                                self._settle_pending()
                             return
         finally:
             self._finish(handle)
