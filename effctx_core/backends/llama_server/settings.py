@@ -12,6 +12,7 @@ from effctx_core.backends.llama.rpc_endpoints import is_loopback
 from effctx_core.backends.llama.settings import QUANTIZED_TYPES as LLAMA_QUANTIZED_TYPES
 from effctx_core.backends.llama.settings import kv_settings as llama_kv_settings
 from effctx_core.backends.llama.settings import kv_type_problems
+from effctx_core.backends.table import table_problems
 from effctx_core.contract import ContractVariant
 from effctx_core.identity import Setting
 
@@ -86,23 +87,10 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def _table_problems(profile: "Profile", where: str) -> list[str]:
-    known = {f.name: f for f in fields(ServerOptions)}
-    defaults = ServerOptions()
-    problems = []
-    for key, value in profile.options:
-        if key not in known:
-            problems.append(f"{where}: unknown key {TABLE}.{key} (known: {', '.join(known)})")
-            continue
-        want = type(getattr(defaults, key))
-        if want is float:
-            # TOML writes whole seconds as integers.
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value <= 0:
-                problems.append(f"{where}: {TABLE}.{key} must be a positive number of seconds")
-        elif not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
-            problems.append(f"{where}: {TABLE}.{key} must be {want.__name__}, not {type(value).__name__}")
-    return problems
+def _value_problem(key: str, value: object) -> str | None:
+    if isinstance(value, float | int) and not isinstance(value, bool) and (not math.isfinite(value) or value <= 0):
+        return "must be a positive number of seconds"
+    return None
 
 
 def _attach_problems(options: ServerOptions, where: str) -> list[str]:
@@ -121,7 +109,7 @@ def _attach_problems(options: ServerOptions, where: str) -> list[str]:
 
 def check_profile(profile: "Profile", where: str) -> list[str]:
     """What is wrong with the profile for llama-server, one line each (empty: nothing)."""
-    problems = _table_problems(profile, where)
+    problems = table_problems(ServerOptions, TABLE, profile.options, where, _value_problem)
     if not problems:
         problems += _attach_problems(options_of(profile), where)
     if profile.rpc_workers:

@@ -3,9 +3,10 @@ types the CPU plugin takes, and which settings change what the cache holds."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from effctx_core.backends.table import table_problems
 from effctx_core.contract import ContractVariant
 from effctx_core.identity import Setting
 
@@ -77,27 +78,17 @@ def options_of(profile: "Profile") -> OpenVINOOptions:
     return OpenVINOOptions(**dict(profile.options))  # type: ignore[arg-type]
 
 
-def _table_problems(profile: "Profile", where: str) -> list[str]:
-    known = {f.name: f for f in fields(OpenVINOOptions)}
-    defaults = OpenVINOOptions()
-    problems = []
-    for key, value in profile.options:
-        if key not in known:
-            problems.append(f"{where}: unknown key openvino.{key} (known: {', '.join(known)})")
-            continue
-        want = type(getattr(defaults, key))
-        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-            problems.append(f"{where}: openvino.{key} must be {want.__name__}, not {type(value).__name__}")
-        elif key in _CHOICES and value not in _CHOICES[key]:
-            problems.append(f"{where}: openvino.{key} {value!r} is not one of {', '.join(_CHOICES[key])}")
-        elif want is int and value < 0:
-            problems.append(f"{where}: openvino.{key} must be 0 or more")
-    return problems
+def _value_problem(key: str, value: object) -> str | None:
+    if key in _CHOICES and value not in _CHOICES[key]:
+        return f"{value!r} is not one of {', '.join(_CHOICES[key])}"
+    if isinstance(value, int) and value < 0:
+        return "must be 0 or more"
+    return None
 
 
 def check_profile(profile: "Profile", where: str) -> list[str]:
     """What is wrong with the profile for OpenVINO, one line each (empty: nothing)."""
-    problems = _table_problems(profile, where)
+    problems = table_problems(OpenVINOOptions, "openvino", profile.options, where, _value_problem)
     for side in ("k", "v"):
         kind = getattr(profile, f"kv_cache_type_{side}")
         if kind not in KV_CACHE_TYPES:
