@@ -140,15 +140,22 @@ class DeviceShare:
 
     where: str  # the endpoint, e.g. "127.0.0.1:50052"
     device: str  # the runtime's name for it, e.g. "RPC0"
-    layers: tuple[int, ...]
+    layers: tuple[int, ...]  # the transformer blocks it holds
     model_bytes: int
     kv_bytes: int
+    output_head: bool = False  # the final norm and the vocabulary projection
 
     @property
     def layer_text(self) -> str:
         if not self.layers:
-            return "no layers"
-        return f"layer {self.layers[0]}" if len(self.layers) == 1 else f"layers {self.layers[0]}-{self.layers[-1]}"
+            text = "no layers"
+        elif len(self.layers) == 1:
+            text = f"layer {self.layers[0]}"
+        else:
+            text = f"layers {self.layers[0]}-{self.layers[-1]}"
+        if self.output_head:
+            text = "output head" if not self.layers else f"{text} + output head"
+        return text
 
 
 @dataclass(frozen=True)

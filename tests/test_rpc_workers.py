@@ -146,11 +146,13 @@ DEVICES = {"RPC0": "127.0.0.1:50061", "RPC1": "127.0.0.1:50062"}
 
 
 def test_placement_is_read_per_worker_by_the_endpoint_each_buffer_names():
-    placement = parse_placement(LOG, DEVICES)
+    placement = parse_placement(LOG, DEVICES, 2)
     first, second = placement.workers
     assert (first.where, first.layers, first.model_bytes, first.kv_bytes) == ("127.0.0.1:50061", (0,), 36 << 20, 10 << 20)
     assert (second.where, second.layers, second.model_bytes, second.kv_bytes) == \
-        ("127.0.0.1:50062", (1, 2), 199 << 20, 8 << 20)
+        ("127.0.0.1:50062", (1,), 199 << 20, 8 << 20)
+    assert (first.output_head, second.output_head) == (False, True)
+    assert (first.layer_text, second.layer_text) == ("layer 0", "layer 1 + output head")
     assert placement.local_model_bytes == 170 << 20
 
 
@@ -158,7 +160,7 @@ def test_a_model_left_on_this_cpu_is_refused():
     on_cpu = [line.replace("RPC1", "CPU") if "assigned" in line else line for line in LOG]
     with pytest.raises(EffctxError, match=r"did not land on the RPC workers: llama.cpp kept 2 of 3 layers on this "
                                           r"machine's CPU \(layers 1-2\)"):
-        check_placement(parse_placement(on_cpu, DEVICES), 3)
+        check_placement(parse_placement(on_cpu, DEVICES, 3), 3)
 
 
 @needs_build
@@ -175,7 +177,8 @@ def test_the_model_and_its_cache_are_split_over_both_workers(model):
     shares = info.placement
     assert [s.where for s in shares] == [w.endpoint for w in workers]
     held = sorted(i for s in shares for i in s.layers)
-    assert held == list(range(info.facts.n_layers + 1))  # every block, and the output head
+    assert held == list(range(info.facts.n_layers))
+    assert [s.output_head for s in shares] == [False, True]  # llama.cpp puts the head on the last worker
     assert all(s.layers and s.model_bytes > 0 for s in shares)
     assert [p["kv_bytes"] for p in report["placement"]] == [p["kv_bytes_modeled"] for p in report["placement"]]
     assert sum(s.kv_bytes for s in shares) == report["layer_profile"]["cache_bytes"]

@@ -82,7 +82,7 @@ def check_placement(placement: Placement, n_layers: int) -> None:
         local = placement.local_layers
         raise EffctxError(f"the model did not land on the RPC workers: llama.cpp kept {len(local)} of {n_layers} "
                           f"layers on this machine's CPU (layers {local[0]}-{local[-1]})")
-    idle = [w.where for w in placement.workers if not w.layers]
+    idle = [w.where for w in placement.workers if not w.layers and not w.output_head]
     if idle:
         raise EffctxError(f"llama.cpp put no layer on RPC worker {', '.join(idle)} "
                           f"({n_layers} layers over {len(placement.workers)} workers)")
@@ -127,7 +127,7 @@ class Host:
         model, load_lines = self._load(model_path)
         with all_log_lines() as lines:
             session = LlamaSession(model, profile, backend_version)
-        placement = parse_placement(load_lines + lines, self.devices)
+        placement = parse_placement(load_lines + lines, self.devices, model.facts.n_layers)
         check_placement(placement, model.facts.n_layers)
         key = (model_path, profile.kv_cache_type_k, profile.kv_cache_type_v, profile.flash_attn, profile.swa_full)
         if key not in self._costs:

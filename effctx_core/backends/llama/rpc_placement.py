@@ -29,9 +29,10 @@ class Placement:
         return "rpc: " + ", ".join(parts)
 
 
-def parse_placement(lines: list[str], devices: dict[str, str]) -> Placement:
+def parse_placement(lines: list[str], devices: dict[str, str], n_layers: int) -> Placement:
     """The placement from llama.cpp's load and context-creation log; `devices` maps ggml's
-    device names ("RPC0") to the endpoints they were registered for."""
+    device names ("RPC0") to the endpoints they were registered for. llama.cpp lists the
+    output head as one layer more than the model has."""
     layers: dict[str, list[int]] = {}
     for line in lines:
         found = _LAYER.search(line)
@@ -53,7 +54,8 @@ def parse_placement(lines: list[str], devices: dict[str, str]) -> Placement:
         target = model if kind == "model" else kv
         target[key] = target.get(key, 0) + round(mib * _MIB)
     workers = tuple(
-        DeviceShare(endpoint, name, tuple(sorted(layers.get(name, []))), model.get(name, 0), kv.get(name, 0))
+        DeviceShare(endpoint, name, tuple(sorted(i for i in layers.get(name, []) if i < n_layers)), model.get(name, 0),
+                    kv.get(name, 0), n_layers in layers.get(name, []))
         for name, endpoint in devices.items()
     )
     local = tuple(sorted(i for name, found in layers.items() if name not in devices for i in found))
