@@ -87,6 +87,9 @@ def serve(build: LlamaCppBuild, where: Endpoint, threads: int, say: Callable[[st
         while not stop.wait(0.5):
             if not thread.is_alive():
                 raise EffctxError(f"the RPC server on {where} stopped by itself")
+        # ggml's server prints through C's stdout, which buffers a pipe: flushed first, its
+        # lines do not land after this one.
+        ctypes.CDLL(None).fflush(None)
         say("stopped")
         return 0
     finally:
