@@ -29,10 +29,11 @@ from test_bad_input import effctx, one_error_line
 from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.backends.llama.backend import LlamaBackend
+from effctx_core.backends.llama.rpc_endpoints import free_port
 from effctx_core.backends.llama_cpp_build import find_build
 from effctx_core.backends.llama_server.backend import LlamaServerBackend
 from effctx_core.backends.llama_server.client import ServerClient, ServerError
-from effctx_core.backends.llama_server.process import ServerStartError, free_port, start_server, user_server
+from effctx_core.backends.llama_server.process import ServerStartError, start_server, user_server
 from effctx_core.backends.llama_server.slots import Slot, SlotFileError
 from effctx_core.contract import DecodeConfig, SessionSnapshot
 from effctx_core.errors import BackendUnavailableError, EffctxError, SessionFatalError

@@ -22,9 +22,9 @@ import pytest
 from test_bad_input import effctx, one_error_line
 
 from effctx_core.backends.llama.backend import LlamaBackend
-from effctx_core.backends.llama.rpc_endpoints import PROTOCOL, say_hello
+from effctx_core.backends.llama.rpc_endpoints import PROTOCOL, free_port, say_hello
 from effctx_core.backends.llama.rpc_host import check_placement
-from effctx_core.backends.llama.rpc_local import free_port, local_workers
+from effctx_core.backends.llama.rpc_local import local_workers
 from effctx_core.backends.llama.rpc_placement import parse_placement
 from effctx_core.backends.llama_cpp_build import find_build
 from effctx_core.contract import DecodeConfig

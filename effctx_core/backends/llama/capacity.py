@@ -112,9 +112,8 @@ class LayerKVProfile(LayerKV):
                            swa_full: bool = True) -> int:
         """The KV cache of some layers alone: what a device holding them allocates."""
         global_cells, swa_cells = self.cache_cells(n_ctx, n_ubatch, swa_full)
-        held = [i for i in layers if i < self.n_layers]  # layer n_layers is the output head: no cache
-        n_global = sum(1 for i in held if i in self.global_layers)
-        return (n_global * global_cells + (len(held) - n_global) * swa_cells) * self.bytes_per_token_layer
+        n_global = sum(1 for i in layers if i in self.global_layers)
+        return (n_global * global_cells + (len(layers) - n_global) * swa_cells) * self.bytes_per_token_layer
 
     # ------------------------------------------------------------ sequence state
 

@@ -48,6 +48,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now, for a worker or a server to take."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def parse_endpoint(text: str) -> Endpoint:
     """`host:port` (IPv6 as `[::1]:port`), or ValueError with the reason."""
     host, sep, port = text.rpartition(":")

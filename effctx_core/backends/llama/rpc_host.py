@@ -31,6 +31,8 @@ from effctx_core.contract import ModelInfo, PrefillProgress, StateCosts
 from effctx_core.errors import Cancelled, EffctxError
 
 _COST_TOKENS = 128
+# More layers than any model has: llama.cpp offloads every layer and the output head.
+ALL_LAYERS = 999
 # Markers that cross the pipe in place of objects that cannot.
 PROGRESS = "<progress sink>"
 GENERATOR = "<generator>"
@@ -117,8 +119,8 @@ class Host:
 
         with all_log_lines() as lines:
             # Every layer: the workers hold the blocks, the KV cache and the output head.
-            model = load_model(Path(model_path), gpu_layers=model_layers_all())
-        return model, self._load_lines.setdefault(str(Path(model_path).resolve()), lines)
+            model = load_model(Path(model_path), gpu_layers=ALL_LAYERS)
+        return model, self._load_lines.setdefault(str(model.path), lines)
 
     def open_session(self, model_path: str, profile, backend_version: str) -> tuple[int, ModelInfo]:
         from effctx_core.backends.llama.runtime import all_log_lines
@@ -129,22 +131,17 @@ class Host:
             session = LlamaSession(model, profile, backend_version)
         placement = parse_placement(load_lines + lines, self.devices, model.facts.n_layers)
         check_placement(placement, model.facts.n_layers)
-        key = (model_path, profile.kv_cache_type_k, profile.kv_cache_type_v, profile.flash_attn, profile.swa_full)
+        key = (str(model.path), profile.kv_cache_type_k, profile.kv_cache_type_v, profile.flash_attn, profile.swa_full)
         if key not in self._costs:
             self._costs[key] = measure_state_costs(model, profile, backend_version)
         info = session.place(placement.summary, placement.workers, self._costs[key])
         return self._keep(session), info
 
-    def executor(self, session_handle: int) -> int:
-        from effctx_core.backends.llama.executor import LlamaResidencyExecutor
-
-        return self._keep(LlamaResidencyExecutor(self.objects[session_handle]))
-
     def baseline(self, model_path: str, profile) -> tuple[int, str, str]:
         from effctx_core.backends.llama.baseline import LlamaBaseline
 
         self._load(model_path)
-        baseline = LlamaBaseline(Path(model_path), profile, gpu_layers=model_layers_all())
+        baseline = LlamaBaseline(Path(model_path), profile, gpu_layers=ALL_LAYERS)
         return self._keep(baseline), baseline.name, baseline.library_name
 
     def drop(self, handle: int) -> None:
@@ -174,10 +171,6 @@ def measure_state_costs(model, profile, backend_version: str) -> StateCosts:
     finally:
         session.close()
     return StateCosts(len(tokens), (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t4 - t3) * 1e3)
-
-
-def model_layers_all() -> int:
-    return 999  # more than any model has: llama.cpp offloads every layer and the output
 
 
 def _answer(out: Connection, message: tuple) -> None:

@@ -219,19 +219,21 @@ def load_bound(profile: Profile, model_path: Path) -> float:
     return profile.rpc_timeout_s + Path(model_path).stat().st_size / _UPLOAD_BYTES_PER_S
 
 
-class HostedSession:
-    """A llama session in the RPC host: the contract's calls, each one bounded."""
+class _HostObject:
+    """An object the RPC host made (a session, a baseline), called by its handle; it holds
+    one use of the host, which closing it gives back."""
 
-    def __init__(self, host: RpcHost, model_path: Path, profile: Profile, backend_version: str):
+    def __init__(self, host: RpcHost, model_path: Path, profile: Profile, method: str, *args: Any):
+        """`method` of the host loads the model and makes the object: it answers the
+        handle and whatever else the object is described by (`self._made`)."""
         self._host = host
         try:
-            self._handle, self._info = host.call(0, "open_session", str(model_path), profile, backend_version,
-                                                 bound_s=load_bound(profile, model_path))
+            self._handle, *self._made = host.call(0, method, str(model_path), profile, *args,
+                                                  bound_s=load_bound(profile, model_path))
         except BaseException:
             host.release()
             raise
         self._closed = False
-        self._last_report: ContextReport | None = None
 
     @property
     def host(self) -> RpcHost:
@@ -239,6 +241,25 @@ class HostedSession:
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._host.call(self._handle, method, *args, **kwargs)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._host.failure is None:
+                self._call("close")
+        finally:
+            self._host.release()
+
+
+class HostedSession(_HostObject):
+    """A llama session in the RPC host: the contract's calls, each one bounded."""
+
+    def __init__(self, host: RpcHost, model_path: Path, profile: Profile, backend_version: str):
+        super().__init__(host, model_path, profile, "open_session", backend_version)
+        self._info: ModelInfo = self._made[0]
+        self._last_report: ContextReport | None = None
 
     @property
     def info(self) -> ModelInfo:
@@ -310,51 +331,27 @@ class HostedSession:
         self._last_report = report
         return report
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._host.failure is None:
-                self._call("close")
-        finally:
-            self._host.release()
 
-
-class HostedBaseline:
+class HostedBaseline(_HostObject):
     """The llama baseline, run in the RPC host on the same workers."""
 
     def __init__(self, host: RpcHost, model_path: Path, profile: Profile):
-        self._host = host
-        try:
-            self._handle, self.name, self.library_name = host.call(
-                0, "baseline", str(model_path), profile, bound_s=load_bound(profile, model_path))
-        except BaseException:
-            host.release()
-            raise
-
-    def _run(self, method: str, *args: Any) -> Any:
-        return self._host.call(self._handle, method, *args)
+        super().__init__(host, model_path, profile, "baseline")
+        self.name: str = self._made[0]
+        self.library_name: str = self._made[1]
 
     def raw(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun:
-        run: BaselineRun = self._run("raw", list(prompt), decode_tokens)
+        run: BaselineRun = self._call("raw", list(prompt), decode_tokens)
         return run
 
     def library(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun:
-        run: BaselineRun = self._run("library", list(prompt), decode_tokens)
+        run: BaselineRun = self._call("library", list(prompt), decode_tokens)
         return run
 
     def control(self, prompt: Sequence[int], decode_tokens: int, stop: tuple[str, ...]) -> BaselineRun:
-        run: BaselineRun = self._run("control", list(prompt), decode_tokens, stop)
+        run: BaselineRun = self._call("control", list(prompt), decode_tokens, stop)
         return run
 
     def forget(self) -> None:
-        self._run("forget")
-
-    def close(self) -> None:
-        try:
-            if self._host.failure is None:
-                self._run("close")
-        finally:
-            self._host.release()
+        self._call("forget")
 

@@ -4,7 +4,6 @@ conformance suite runs the llama cell through, and a way to try rpc_workers on o
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from effctx_core.backends.llama.rpc_endpoints import free_port
 from effctx_core.backends.llama_cpp_build import find_build
 from effctx_core.errors import BackendUnavailableError, EffctxError
 
@@ -29,13 +29,6 @@ class LocalWorker:
     @property
     def pid(self) -> int:
         return self.process.pid
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def start_worker(threads: int = 1) -> LocalWorker:

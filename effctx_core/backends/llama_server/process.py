@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from effctx_core.backends.llama.rpc_endpoints import free_port
 from effctx_core.backends.llama_cpp_build import LlamaCppBuild, find_build
 from effctx_core.backends.llama_server.client import ServerClient, ServerError
 from effctx_core.errors import BackendUnavailableError, EffctxError
@@ -49,13 +49,6 @@ wait $server
 
 class ServerStartError(EffctxError):
     """A llama-server that effctx started did not come up."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @functools.lru_cache(maxsize=4)
