@@ -17,7 +17,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterable
 
 from effctx_core.errors import EffctxError
 
@@ -107,6 +107,48 @@ def check_output_file(path: str | os.PathLike, what: str) -> Path:
     if not parent.is_dir():
         raise UserFileError(f"cannot write {what} {path}: {parent} is a file, not a folder")
     return path
+
+
+def refuse_same_file(output: str | os.PathLike, what: str,
+                     inputs: Iterable[tuple[str | os.PathLike | None, str]]) -> None:
+    """Refuse an output that is one of the command's inputs: the same file by device and
+    inode, so the same path, a symlink to it and a hard link are all caught. Writing it
+    would destroy what is being read (a trace exported over itself cannot be replayed)."""
+    try:
+        out = os.stat(Path(output).expanduser())
+    except OSError:
+        return  # a file that does not exist yet is nobody's input
+    if not stat.S_ISREG(out.st_mode):
+        return  # /dev/null and other devices are read and written by everyone
+    for path, input_what in inputs:
+        if path is None:
+            continue
+        try:
+            st = os.stat(Path(path).expanduser())
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+            raise UserFileError(f"the {what} {output} is the {input_what} {path}: writing it would destroy it "
+                                f"(name another {what})")
+
+
+def file_in_the_way(folder: str | os.PathLike) -> Path | None:
+    """The file that stands where `folder` or one of its parents must be a folder, if
+    any: such a folder can be neither read nor made, and must not read as empty."""
+    for path in (Path(folder), *Path(folder).parents):
+        if path.exists():
+            return None if path.is_dir() else path
+    return None
+
+
+def folder_problem(folder: str | os.PathLike, what: str) -> str | None:
+    """One line saying why `folder` cannot be used as `what`, or None."""
+    blocker = file_in_the_way(folder)
+    if blocker is None:
+        return None
+    if blocker == Path(folder):
+        return f"{what} {folder} is a file, not a folder"
+    return f"{what} {folder} cannot be used: {blocker} is a file, not a folder"
 
 
 def ensure_dir(path: str | os.PathLike, what: str) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -10,7 +11,10 @@ from typing import Sequence
 from effctx_core.cli.main import COMMANDS, run_command
 from effctx_core.cli.options import EXIT_BAD_INPUT, warn
 from effctx_core.errors import EffctxError
-from effctx_tui.options import check_console_options, console_parser
+from effctx_core.parent_watch import watch_parent
+from effctx_tui.options import SERVED_ENV, check_console_options, console_parser
+
+QUIT_GRACE_S = 5.0  # how long a served console whose server is gone may take to quit
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,8 +54,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                         prefix_text=checked.prefix_text,
                         prefix_name=Path(opts.prefix_file).name if opts.prefix_file else "prefix",
                         prefix_cache=None if opts.no_prefix_cache else USER_CACHE, warnings=checked.warnings)
+    if os.environ.get(SERVED_ENV):
+        _end_with_server(app)
     app.run()
     return app.return_code or 0
+
+
+def _end_with_server(app) -> None:
+    """A console that `effctx serve` started for a browser tab ends when the server is
+    gone (killed, even with SIGKILL): it asks the app to quit, and ends the process if
+    the quit has not finished within a few seconds (a prefill may hold the engine)."""
+
+    def leave() -> None:
+        try:
+            app.call_from_thread(app.exit)
+        except Exception:  # noqa: BLE001 - the app is not running (yet or any more): end now
+            os._exit(1)
+        time.sleep(QUIT_GRACE_S)
+        os._exit(1)
+
+    watch_parent(leave, stdin_pipe=True)
 
 
 if __name__ == "__main__":

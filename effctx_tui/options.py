@@ -9,13 +9,21 @@ import argparse
 from dataclasses import dataclass
 from importlib import resources
 
-from effctx_core.cli.options import COUNT, OneLineParser, add_runtime_options, check_run_inputs, number
+from effctx_core.cli.options import (
+    COUNT,
+    OneLineParser,
+    add_runtime_options,
+    check_run_inputs,
+    number,
+    session_name,
+)
 from effctx_core.errors import EffctxError
 from effctx_core.events.reader import Trace
 from effctx_core.profiles import Profile
-from effctx_core.snapshots.tree_file import check_name
 
 MAX_SPEED = 64
+# Set by `effctx serve` for the consoles it starts (textual-serve passes its environment on).
+SERVED_ENV = "EFFCTX_SERVED"
 
 
 def demo_names() -> list[str]:
@@ -34,7 +42,7 @@ def console_parser(commands: list[str]) -> OneLineParser:
     parser.add_argument("--demo", metavar="NAME", help=f"play a shipped demo trace ({', '.join(demo_names())})")
     parser.add_argument("--speed", type=number(float, above=0, at_most=MAX_SPEED), default=1.0, metavar="X",
                         help=f"replay speed, above 0 and at most {MAX_SPEED} (default 1)")
-    parser.add_argument("--session", metavar="NAME",
+    parser.add_argument("--session", metavar="NAME", type=session_name,
                         help="reopen (or start) the saved session NAME; it is saved after every change "
                              "(default: a new session named by the date and time)")
     parser.add_argument("--no-checkpoints", action="store_true",
@@ -75,8 +83,6 @@ def check_console_options(opts: argparse.Namespace) -> ConsoleOptions:
     """Every console option checked, or an EffctxError with the one line to print."""
     if opts.trace and opts.record:
         raise EffctxError("--trace and --record both name the trace file: give one")
-    if opts.session:
-        check_name(opts.session)
     inputs = check_run_inputs(opts, opts.trace or opts.record)
     replay = _replay_trace(opts)
     if replay is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from effctx_core.cli.options import EXIT_BAD_INPUT, OneLineParser, number, warn
 from effctx_core.errors import EffctxError
 from effctx_core.user_files import os_reason
-from effctx_tui.options import check_console_options, console_parser
+from effctx_tui.options import SERVED_ENV, check_console_options, console_parser
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -54,8 +54,10 @@ def console_argv(console: argparse.ArgumentParser, opts: argparse.Namespace) -> 
 
 def console_command(argv: list[str]) -> str:
     # sys.executable, not `effctx`: the served console must be this very install, even
-    # when the venv's bin/ is not on PATH. textual-serve runs the string through a shell.
-    return shlex.join([sys.executable, "-m", "effctx_tui.main", *argv])
+    # when the venv's bin/ is not on PATH. textual-serve runs the string through a shell;
+    # `exec` makes the console the server's own child, and SERVED_ENV tells it to end
+    # when the server is gone.
+    return f"{SERVED_ENV}=1 exec " + shlex.join([sys.executable, "-m", "effctx_tui.main", *argv])
 
 
 def _url_host(host: str) -> str:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from small_workload import SMALL_WORKLOAD
 
 from effctx_core.snapshots.tree_file import save_tree, write_tree_file
 
@@ -107,6 +108,119 @@ def test_a_second_run_replaces_an_existing_trace_whole(default_model, tmp_path):
 def test_console_refuses_a_trace_directory_before_it_opens(tmp_path):
     line = one_error_line(effctx("--trace", str(tmp_path)))
     assert line == f"effctx: error: cannot write trace file {tmp_path}: it is a directory"
+
+
+# --------------------------------------------------------------------------- an output is never an input
+
+
+@pytest.fixture
+def recording(tmp_path) -> Path:
+    """A real recorded trace (the shipped chat demo), copied where a test may lose it."""
+    from importlib import resources
+
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes((resources.files("effctx_tui") / "demos" / "chat.jsonl").read_bytes())
+    return path
+
+
+@pytest.mark.parametrize("how", ["the same path", "a symlink", "a hard link"])
+def test_trace_export_refuses_to_write_over_the_trace_it_exports(how, recording, tmp_path):
+    from effctx_core.events.reader import read_trace
+
+    before = recording.read_bytes()
+    out = {"the same path": recording, "a symlink": tmp_path / "link.json", "a hard link": tmp_path / "hard.json"}[how]
+    if how == "a symlink":
+        out.symlink_to(recording)
+    elif how == "a hard link":
+        os.link(recording, out)
+    line = one_error_line(effctx("trace", "export", str(recording), "--perfetto", "-o", str(out)))
+    assert line == (f"effctx: error: the output file {out} is the trace being exported {recording}: "
+                    "writing it would destroy it (name another output file)")
+    assert recording.read_bytes() == before
+    assert read_trace(recording).events  # still a trace that replays
+
+
+def test_trace_export_refuses_to_write_over_another_recording(recording, tmp_path):
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(recording.read_bytes())
+    line = one_error_line(effctx("trace", "export", str(recording), "--perfetto", "-o", str(other)))
+    assert line == (f"effctx: error: the output file {other} is an effctx trace recording: refusing to write over it "
+                    "(name another output file)")
+    assert other.read_bytes() == recording.read_bytes()
+
+
+def test_run_refuses_a_trace_file_that_is_its_prompt_file(recording):
+    before = recording.read_bytes()
+    line = one_error_line(effctx("run", "--prompt-file", str(recording), "--trace", str(recording)))
+    assert line == (f"effctx: error: the trace file {recording} is the prompt file {recording}: "
+                    "writing it would destroy it (name another trace file)")
+    assert recording.read_bytes() == before
+
+
+def test_sessions_export_refuses_to_write_over_a_file_that_is_not_a_session(tmp_path):
+    from effctx_core.snapshots.tree import SnapshotTree
+
+    tree = SnapshotTree()
+    tree.add(None, (), "root", "ab" * 32, label="start")
+    save_tree(tree, "talk", tmp_path / "data" / "effctx" / "sessions")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    line = one_error_line(effctx("sessions", "export", "talk", str(notes), env={"XDG_DATA_HOME": str(tmp_path / "data")}))
+    assert line == f"effctx: error: {notes} exists and is not an effctx session file: refusing to write over it"
+    assert notes.read_text() == "my notes\n"
+
+
+# --------------------------------------------------------------------------- empty values and names
+
+
+@pytest.mark.parametrize("args", [["--session", ""], ["serve", "--demo", "chat", "--session", ""],
+                                  ["sessions", "show", ""], ["sessions", "rm", ""]])
+def test_an_empty_session_name_is_refused_by_every_way_in(args):
+    line = one_error_line(effctx(*args, timeout=30))
+    assert "invalid session name '': use 1-64 letters" in line
+
+
+@pytest.mark.parametrize("args", [["--model", ""], ["run", "--prompt", "hi", "--prefix-file", ""],
+                                  ["--replay", ""], ["serve", "--host", ""], ["trace", "export", "", "--perfetto"]])
+def test_an_empty_value_never_falls_back_to_the_default(args):
+    line = one_error_line(effctx(*args, timeout=30))
+    assert line.endswith("an empty value (give one, or leave the option out)")
+
+
+# --------------------------------------------------------------------------- a cache folder that is a file
+
+
+@pytest.fixture
+def cache_is_a_file(tmp_path) -> dict:
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "effctx").write_text("a file where effctx's cache folder should be")
+    return {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
+@pytest.mark.parametrize("command", ["ls", "verify", "gc"])
+def test_snapshots_under_a_cache_folder_that_is_a_file_is_an_error(command, cache_is_a_file):
+    cache = Path(cache_is_a_file["XDG_CACHE_HOME"])
+    line = one_error_line(effctx("snapshots", command, env=cache_is_a_file))
+    assert line == (f"effctx: error: the snapshot store {cache / 'effctx' / 'snapshots'} cannot be used: "
+                    f"{cache / 'effctx'} is a file, not a folder")
+
+
+def test_sessions_under_a_data_folder_that_is_a_file_is_an_error(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "effctx").write_text("a file")
+    line = one_error_line(effctx("sessions", "ls", env={"XDG_DATA_HOME": str(tmp_path / "data")}))
+    assert line == (f"effctx: error: the sessions folder {tmp_path / 'data' / 'effctx' / 'sessions'} cannot be used: "
+                    f"{tmp_path / 'data' / 'effctx'} is a file, not a folder")
+
+
+def test_run_under_a_cache_folder_that_is_a_file_warns_and_runs(default_model, cache_is_a_file):
+    cache = Path(cache_is_a_file["XDG_CACHE_HOME"])
+    out = effctx("run", "--prompt", "hi", "--max-tokens", "1", "--json", env=cache_is_a_file)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines()[0] == (
+        f"effctx: warning: the cache folder {cache / 'effctx'} is a file, not a folder: nothing is cached "
+        "(the model is hashed again on every run, and no snapshot or prefix-cache state is kept)")
+    assert json.loads(out.stdout)["tokens"]["generated"] == 1
 
 
 # --------------------------------------------------------------------------- Ctrl+C
@@ -305,3 +419,27 @@ def test_a_reply_cut_by_a_full_context_says_so(default_model):
     data = json.loads(out.stdout)
     assert data["stop_reason"] == "n_ctx"
     assert data["tokens"]["prefilled"] + data["tokens"]["generated"] == data["tokens"]["n_ctx"]
+
+
+# --------------------------------------------------------------------------- --profile auto's workload
+
+
+
+def test_profile_auto_checks_the_workload_name_first_with_bench_runs_message():
+    line = one_error_line(effctx("run", "--prompt", "hi", "--profile", "auto", "--workload", "nosuch"))
+    assert line.startswith("effctx: error: unknown workload 'nosuch' (built in: agent-loop, ")
+
+
+def test_profile_auto_checks_a_workload_file_first_with_bench_runs_message(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('colour = "blue"\n' + SMALL_WORKLOAD)
+    line = one_error_line(effctx("run", "--prompt", "hi", "--profile", "auto", "--workload", str(path)))
+    assert line == f"effctx: error: workload {path}: unknown field 'colour'"
+
+
+def test_profile_auto_refuses_a_workload_certification_never_measures(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(SMALL_WORKLOAD)
+    line = one_error_line(effctx("run", "--prompt", "hi", "--profile", "auto", "--workload", str(path)))
+    assert line.startswith(f"effctx: error: --profile auto chooses by the built-in workloads that `effctx certify` "
+                           f"measures; {path} is not one of them (built in: agent-loop, ")

@@ -57,7 +57,7 @@ def test_console_options_reach_the_served_console_and_loopback_is_the_default(fa
     assert serve_mod.serve(argv) == 0
     (server,) = fake_server
     assert (server.host, server.port, server.public_url) == ("127.0.0.1", port, f"http://127.0.0.1:{port}")
-    assert server.command == (f"{sys.executable} -m effctx_tui.main --model '{gguf_files / 'x y.gguf'}' "
+    assert server.command == (f"EFFCTX_SERVED=1 exec {sys.executable} -m effctx_tui.main --model '{gguf_files / 'x y.gguf'}' "
                               "--max-tokens 7 --no-checkpoints")
     out, err = capsys.readouterr()
     assert f"http://127.0.0.1:{port}" in out and "warning" not in err
@@ -156,6 +156,37 @@ async def test_a_browser_shows_the_served_console(default_model, tmp_path):
         os.kill(pid, signal.SIGKILL)
     assert not left, f"console processes outlived the server: {left}"
     assert server.returncode == 0, output
+
+
+async def test_the_consoles_end_when_the_server_is_killed(tmp_path):
+    if not headless_chromium.available():
+        pytest.skip(f"{headless_chromium.CHROMIUM} is missing (.ci/run installs it)")
+    port = _free_port()
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen([sys.executable, "-m", "effctx_tui.main", "serve", "--demo", "chat", "--port", str(port)],
+                              stdout=log, stderr=subprocess.STDOUT)
+    consoles: set[int] = set()
+    try:
+        _wait_for_port(port, server, timeout=60)
+        async with headless_chromium.open_page(tmp_path / "chromium") as page:
+            await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
+            await page.wait_for("document.body.classList.contains('-first-byte')", timeout=60)
+            consoles = _descendants(server.pid)
+            assert consoles, "no console process was started"
+            server.kill()  # SIGKILL: the server stops nothing itself
+            server.wait()
+            deadline = time.monotonic() + 15
+            while any(map(_running, consoles)) and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        log.close()
+        left = [pid for pid in consoles if _running(pid)]
+        for pid in left:  # ours: started by the server this test started
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"console processes outlived the killed server: {left}"
 
 
 def test_a_prefix_file_is_checked_once_and_passed_on_as_an_absolute_path(fake_server, capsys, tmp_path, gguf_files):

@@ -3,6 +3,7 @@ long random walk of turns, branches, restores and deletes on the real default mo
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,6 +104,30 @@ def test_the_sessions_command_lists_exports_imports_and_removes(home, default_mo
     rm = effctx("rm", "story")
     assert rm.stdout.strip() == "removed session story; 1 saved state released to the store's budget"
     assert [line.split()[0] for line in effctx("ls").stdout.splitlines()] == ["copy"]
+
+
+def test_sessions_count_only_the_states_the_store_still_holds(home, default_model):
+    store = SnapshotStore()
+    engine = SessionEngine(default_model, PROFILE, checkpoints=store)
+    engine.open()
+    engine.complete("Once upon a time", ONE_TOKEN)
+    engine.save_session("story")
+    (key,) = engine.tree.blobs()
+    node = next(n for n in engine.tree if n.blob == key)
+    engine.close()
+    blob = store.blob_path(key)
+    blob.write_bytes(blob.read_bytes()[:-1] + b"\x00")  # one byte of the state damaged
+    env = dict(os.environ)
+
+    def effctx(*args):
+        return subprocess.run([EFFCTX, *args], capture_output=True, text=True, env=env, timeout=60)
+
+    assert effctx("snapshots", "verify").returncode == 1  # it quarantined the state
+    assert " 0 states (1 missing: quarantined) " in effctx("sessions", "ls").stdout
+    show = effctx("sessions", "show", "story").stdout
+    assert f"{node.id} {node.label!r} [{node.kind}] {engine.tree.tape_length(node.id)} tokens, state missing: quarantined" in show
+    listed = json.loads(effctx("sessions", "ls", "--json").stdout)
+    assert (listed[0]["states"], listed[0]["states_missing"]) == (0, {"quarantined": 1})
 
 
 class TreeWalk(RuleBasedStateMachine):

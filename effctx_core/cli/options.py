@@ -15,7 +15,8 @@ from typing import Callable, Iterator, NoReturn
 from effctx_core.contract import DecodeConfig
 from effctx_core.errors import EffctxError
 from effctx_core.profiles import DEFAULT_PROFILE_NAME, Profile, default_threads, load_profile
-from effctx_core.user_files import read_input_text
+from effctx_core.snapshots.tree_file import check_name
+from effctx_core.user_files import folder_problem, read_input_text, refuse_same_file
 
 EXIT_BAD_INPUT = 2
 
@@ -23,6 +24,27 @@ EXIT_BAD_INPUT = 2
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not usage + error
         raise EffctxError(message)
+
+    def parse_known_args(self, args=None, namespace=None):
+        # An empty value names nothing: `--session ""` or `--model ""` once fell back to
+        # the default as if the option were not given. No option has "" for a default,
+        # so an empty string here came from the command line.
+        parsed, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(parsed, action.dest, None)
+            if isinstance(value, str) and not value.strip() and value != action.default:
+                name = "/".join(action.option_strings) or action.metavar or action.dest
+                self.error(f"argument {name}: an empty value (give one, or leave the option out)")
+        return parsed, extras
+
+
+def session_name(text: str) -> str:
+    """An argparse `type=` for a session name: the one name check (check_name) for the
+    console's --session, every `sessions` command and the served console."""
+    try:
+        return check_name(text)
+    except EffctxError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def number(kind: type = int, *, at_least: float | None = None, above: float | None = None,
@@ -91,11 +113,27 @@ def auto_profile(args: argparse.Namespace) -> str:
     from effctx_core.certify.selection import select_profile
     from effctx_core.models import resolve_model
 
+    workload = _auto_workload(getattr(args, "auto_workload", None) or getattr(args, "workload", None))
     path = resolve_model(getattr(args, "model", None), progress=stderr_progress())
-    workload = getattr(args, "auto_workload", None) or getattr(args, "workload", None)
     selection = select_profile(cell_matrix(path, path.name), workload)
     print(f"effctx: {selection.reason}", file=sys.stderr, flush=True)
     return selection.profile
+
+
+def _auto_workload(name: str | None) -> str | None:
+    """The workload `--profile auto` chooses for, checked first and with `bench run`'s
+    own message: an unknown name or a bad workload file is the user's typo, not a cell
+    that certification could still measure."""
+    from effctx_core.bench.workloads import load_workload, workload_names
+
+    if name is None:
+        return None
+    workload = load_workload(name)
+    builtin = load_workload(workload.name) if workload.name in workload_names() else None
+    if builtin is None or builtin.digest != workload.digest:
+        raise EffctxError(f"--profile auto chooses by the built-in workloads that `effctx certify` measures; "
+                          f"{workload.source} is not one of them (built in: {', '.join(workload_names())})")
+    return workload.name
 
 
 def profile_from_args(args: argparse.Namespace) -> Profile:
@@ -150,12 +188,19 @@ def stdout_console():
 
 def runtime_warnings(profile: Profile) -> list[str]:
     """What will run but badly: said once before the work starts."""
+    from effctx_core.models import cache_dir
+
+    warnings = []
     cores = default_threads()
     if profile.threads > cores:
         # llama.cpp spins every thread; more threads than cores measured 20x slower here.
-        return [f"{profile.threads} threads on {cores} free core{'s' if cores > 1 else ''}: llama.cpp's threads "
-                f"spin and wait for each other, which makes it many times slower (use --threads {cores} or 0)"]
-    return []
+        warnings.append(f"{profile.threads} threads on {cores} free core{'s' if cores > 1 else ''}: llama.cpp's "
+                        f"threads spin and wait for each other, which makes it many times slower "
+                        f"(use --threads {cores} or 0)")
+    if (problem := folder_problem(cache_dir(), "the cache folder")) is not None:
+        warnings.append(f"{problem}: nothing is cached (the model is hashed again on every run, and no snapshot "
+                        "or prefix-cache state is kept)")
+    return warnings
 
 
 def warn(messages: list[str]) -> None:
@@ -200,6 +245,13 @@ def check_trace_arg(path: str | None) -> None:
         check_trace_target(Path(path))
 
 
+def _input_files(args: argparse.Namespace, profile: Profile) -> list[tuple[str | None, str]]:
+    """The files a run reads, which none of its outputs may be."""
+    return [(args.model or profile.model, "model file"), (args.profile, "profile file"),
+            (getattr(args, "prefix_file", None), "prefix file"), (getattr(args, "prompt_file", None), "prompt file"),
+            (getattr(args, "replay", None), "replayed trace")]
+
+
 @dataclass(frozen=True)
 class RunInputs:
     """What `run`, the console and `serve` were given, checked before any model loads."""
@@ -217,6 +269,9 @@ def check_run_inputs(args: argparse.Namespace, *traces: str | None) -> RunInputs
         check_trace_arg(trace)
     profile = profile_from_args(args)
     check_model_arg(args, profile)
+    for trace in traces:
+        if trace is not None:
+            refuse_same_file(trace, "trace file", _input_files(args, profile))
     prefix_text = read_text_file(args.prefix_file, "prefix") if args.prefix_file else None
     return RunInputs(profile, prefix_text, runtime_warnings(profile))
 

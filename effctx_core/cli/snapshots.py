@@ -16,6 +16,7 @@ from effctx_core.errors import EffctxError
 from effctx_core.snapshots.codec import describe
 from effctx_core.snapshots.store import Quarantined, SnapshotStore, StoreUsage
 from effctx_core.units import format_bytes
+from effctx_core.user_files import folder_problem
 
 EXIT_QUARANTINED = 1
 
@@ -44,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     store = SnapshotStore(Path(args.dir).expanduser() if args.dir else None)
     # A store that is not there is not an empty one: "0 ok" would be a false all-clear.
     # Only the default store may be missing (nothing was cached yet).
-    if store.root.exists() and not store.root.is_dir():
-        raise EffctxError(f"the snapshot store {store.root} is a file, not a folder")
+    if (problem := folder_problem(store.root, "the snapshot store")) is not None:
+        raise EffctxError(problem)
     if args.dir and not store.root.exists():
         raise EffctxError(f"no snapshot store at {store.root} (the folder does not exist)")
     return _COMMANDS[args.snapshots_command](store, args)

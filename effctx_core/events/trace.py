@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import ClassVar, TextIO
 
 from effctx_core.contract import RuntimeCounts, TurnResult
 from effctx_core.errors import EffctxError
+from effctx_core.temp_files import create_temp_file, sweep_dead_temps
 from effctx_core.user_files import UserFileError, check_output_file, open_input, os_reason
 
 
@@ -230,11 +230,20 @@ def check_trace_target(path: Path) -> Path:
     path = check_output_file(path, "trace file")
     if not path.is_file():
         return path  # a character device such as /dev/null
-    with open_input(path, "trace file") as f:
-        head = f.read(len(TRACE_HEAD))
+    head = _head(path, "trace file")
     if head and head != TRACE_HEAD:
         raise UserFileError(f"{path} exists and is not an effctx trace: refusing to write over it")
     return path
+
+
+def is_trace_file(path: Path) -> bool:
+    """True for an existing regular file that starts as an effctx trace does."""
+    return path.is_file() and _head(path, "file") == TRACE_HEAD
+
+
+def _head(path: Path, what: str) -> bytes:
+    with open_input(path, what) as f:
+        return f.read(len(TRACE_HEAD))
 
 
 class TraceWriter:
@@ -242,8 +251,8 @@ class TraceWriter:
 
     A new file is written in place. An existing trace is replaced only by a complete
     one: the new events go to a hidden temp file beside it, renamed over it on close (a
-    crash leaves them in `.NAME.*.tmp` and the old trace as it was). A device
-    (/dev/null) is written directly.
+    crash leaves them in `.NAME.PID-*.tmp` and the old trace as it was, until the next
+    run writing that trace removes them). A device (/dev/null) is written directly.
     A failed write (a full disk) stops the trace, not the work: `error` says why.
     """
 
@@ -253,8 +262,8 @@ class TraceWriter:
         self._tmp: Path | None = None
         try:
             if self.path.is_file():
-                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-                self._tmp = Path(tmp)
+                sweep_dead_temps(self.path.parent, self.path.name)  # of runs killed before their close
+                fd, self._tmp = create_temp_file(self.path)
                 self._file: TextIO | None = os.fdopen(fd, "w", encoding="utf-8")
             else:
                 self._file = self.path.open("w", encoding="utf-8")

@@ -25,7 +25,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from effctx_core.atomic import atomic_write_bytes, fsync_dir
 from effctx_core.snapshots import locking
@@ -322,6 +322,22 @@ class SnapshotStore:
         except OSError as exc:
             raise self._write_error(exc) from None
         return removed
+
+    def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
+        """Of these keys, the ones the store does not hold, each with why: "quarantined"
+        (a check set its blob aside) or "not in the store" (removed, or never saved here).
+        A key is held when the index lists it and its blob file is there."""
+        entries = self._current().index.entries
+        missing = {k: "" for k in keys if k not in entries or _size_or_none(self.blob_path(k)) is None}
+        if missing:
+            try:
+                set_aside = [p.name for p in self.quarantine_dir.iterdir()]
+            except OSError:
+                set_aside = []
+            for key in missing:
+                seen = any(name.startswith(f"{key}{BLOB_SUFFIX}.") for name in set_aside)
+                missing[key] = "quarantined" if seen else "not in the store"
+        return missing
 
     def refs_of(self, owner: str) -> tuple[str, ...]:
         return tuple(sorted(self._read_refs().get(owner, [])))

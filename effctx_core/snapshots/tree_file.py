@@ -34,12 +34,20 @@ from effctx_core.snapshots.tree import (
     SnapshotTree,
     SnapshotTreeError,
 )
-from effctx_core.user_files import UserFileError, os_reason, quarantine_file, read_input_bytes
+from effctx_core.user_files import (
+    UserFileError,
+    check_output_file,
+    os_reason,
+    quarantine_file,
+    read_input_bytes,
+)
 
 FORMAT = "effctx-session"
 VERSION = 1
 TOKEN_ENCODING = "int32le-base64"
 SUFFIX = ".json"
+# How every file encode_tree writes starts: tells an export it may replace a file.
+_HEAD = f'{{\n "format": "{FORMAT}"'.encode()
 
 # Portable file names only: no separators, no leading dot (hidden, "..").
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -93,6 +101,17 @@ def load_tree(name: str, directory: Path | None = None) -> SnapshotTree:
         raise SessionFileError(f"{path}: {e}; the file was moved to {moved}") from None
     tree.name = name
     return tree
+
+
+def check_export_target(path: Path) -> Path:
+    """Refuse, before writing, an export over a file that is not an effctx session file
+    (a session file is replaced whole; anything else would be lost)."""
+    path = check_output_file(path, "export file")
+    if path.is_file():
+        head = _read(path)[: len(_HEAD)]
+        if head and head != _HEAD:
+            raise UserFileError(f"{path} exists and is not an effctx session file: refusing to write over it")
+    return path
 
 
 def write_tree_file(tree: SnapshotTree, path: Path) -> None:

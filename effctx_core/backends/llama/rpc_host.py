@@ -18,7 +18,6 @@ import os
 import pickle
 import signal
 import sys
-import threading
 import time
 import traceback
 from dataclasses import replace
@@ -29,6 +28,7 @@ from typing import Any, Callable
 from effctx_core.backends.llama.rpc_placement import Placement, parse_placement
 from effctx_core.contract import ModelInfo, PrefillProgress, StateCosts
 from effctx_core.errors import Cancelled, EffctxError
+from effctx_core.parent_watch import watch_parent
 
 _COST_TOKENS = 128
 # More layers than any model has: llama.cpp offloads every layer and the output head.
@@ -233,22 +233,11 @@ def serve(inbox: Connection, out: Connection) -> None:
             _answer(out, ("error", exc))
 
 
-def _leave_with_parent() -> None:
-    """End this process when its parent ends, even while llama.cpp waits on a worker."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
 def main(argv: list[str]) -> None:
     # Ctrl+C in a terminal reaches the whole process group: the parent decides what stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _leave_with_parent()
+    # End with the parent, even while llama.cpp waits on a worker.
+    watch_parent(lambda: os._exit(1))
     inbox = Connection(int(argv[1]), writable=False)
     out = Connection(int(argv[2]), readable=False)
     serve(inbox, out)
