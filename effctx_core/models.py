@@ -12,6 +12,7 @@ import platformdirs
 
 from effctx_core.atomic import atomic_write_bytes, fsync_dir
 from effctx_core.errors import ModelFileError
+from effctx_core.temp_files import sweep_dead_temps, temp_path
 from effctx_core.user_files import ensure_dir, os_reason
 
 _HASH_BLOCK = 4 * 1024 * 1024
@@ -102,7 +103,8 @@ def prepare_default_model(progress: ProgressFn | None = None) -> Path:
     chunks = chunk_paths()
     total = sum(p.stat().st_size for p in chunks)
     ensure_dir(target.parent, "the effctx data folder")
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    sweep_dead_temps(target.parent)  # what an assembly killed mid-way left behind
+    tmp = temp_path(target)
     digest = hashlib.sha256()
     done = 0
     try:

@@ -7,6 +7,7 @@ read at run time, not copied into the repository.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ import openvino as ov
 import pytest
 from tiny_gguf import write_tiny_llama_gguf
 
-from effctx_core.backends.openvino.convert import ConversionError, convert_gguf
+from effctx_core.backends.openvino.convert import ConversionError, convert_gguf, converted_dir
+from effctx_core.models import sha256_file
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 REFERENCE_TEXT = Path("/usr/share/common-licenses/GPL-3")
@@ -154,3 +156,57 @@ def test_the_paged_pipeline_reads_the_sliding_window_of_every_windowed_layer(gem
 
     paged = [n for n in model.get_ordered_ops() if n.get_type_name() == "PagedAttentionExtension"]
     assert [window(n) for n in paged] == [0 if layer % 6 == 5 else 512 for layer in range(18)]
+
+
+# --------------------------------------------------------------------------- faults
+
+
+CONVERSION_STOPPED_WHILE_WRITING = """
+import sys, time
+from pathlib import Path
+from effctx_core.backends.openvino.convert import convert_gguf
+
+def progress(stage, done, total):
+    if stage == "writing the IR":  # its temp folder is made: wait here to be killed
+        print("writing", flush=True)
+        time.sleep(600)
+
+convert_gguf(Path(sys.argv[1]), "int8", progress)
+"""
+
+
+def test_the_temp_folder_of_a_killed_conversion_is_removed_by_the_next_one(tiny, tmp_path, monkeypatch):
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    monkeypatch.setenv("XDG_DATA_HOME", env["XDG_DATA_HOME"])
+    monkeypatch.setenv("XDG_CACHE_HOME", env["XDG_CACHE_HOME"])
+    children = [subprocess.Popen([sys.executable, "-c", CONVERSION_STOPPED_WHILE_WRITING, str(tiny[0])], env=env,
+                                 stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        killed, alive = children
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline() == "writing\n"
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        folder = tmp_path / "data" / "effctx" / "openvino"
+        temps = {child.pid: [p for p in folder.iterdir() if f".{child.pid}-" in p.name] for child in children}
+        assert [len(found) for found in temps.values()] == [1, 1]
+        done = convert_gguf(tiny[0], "int8")
+        assert done.path == converted_dir(sha256_file(tiny[0]), "int8")
+        assert sorted(folder.iterdir()) == sorted([done.path, *temps[alive.pid]])  # the live writer's is kept
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+def test_a_temp_folder_an_earlier_effctx_left_is_removed_once_its_process_is_gone(tiny, tmp_path, monkeypatch):
+    # before temps named their writer's start time they were `.NAME.PID.tmp` (199 MB each)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    target = converted_dir(sha256_file(tiny[0]), "int8")
+    left = target.with_name(f".{target.name}.{int(gone.stdout)}.tmp")
+    left.mkdir(parents=True)
+    (left / "openvino_model.bin").write_bytes(b"\0" * 4096)
+    convert_gguf(tiny[0], "int8")
+    assert [p.name for p in target.parent.iterdir()] == [target.name]

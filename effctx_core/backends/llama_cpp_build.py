@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -32,6 +31,7 @@ from typing import Callable
 from effctx_core.atomic import atomic_write_bytes
 from effctx_core.errors import EffctxError
 from effctx_core.models import cache_dir
+from effctx_core.temp_files import create_temp_dir, sweep_dead_temps
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -133,13 +133,15 @@ def _fetch_source(version: str, root: Path, log: Path) -> Path:
     source = root / "src"
     if (source / "CMakeLists.txt").exists():
         return source
-    with tempfile.TemporaryDirectory(dir=root) as tmp:
+    sweep_dead_temps(root)  # a download or unpacking killed mid-way
+    tmp = create_temp_dir(source)
+    try:
         _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:", "--progress-bar", "off",
-              f"{BINDING}=={version}", "-d", tmp], log, f"downloading the {BINDING} {version} source")
-        archive = next(Path(tmp).glob("*.tar.gz"))
+              f"{BINDING}=={version}", "-d", str(tmp)], log, f"downloading the {BINDING} {version} source")
+        archive = next(tmp.glob("*.tar.gz"))
         top = archive.name[: -len(".tar.gz")]
         prefix = f"{top}/vendor/llama.cpp/"
-        unpacked = Path(tmp) / "llama.cpp"
+        unpacked = tmp / "llama.cpp"
         with tarfile.open(archive) as tar:
             # The sdist carries its git folder: the submodule's HEAD names the vendored commit.
             head = tar.extractfile(f"{top}/.git/modules/vendor/llama.cpp/HEAD")
@@ -152,6 +154,8 @@ def _fetch_source(version: str, root: Path, log: Path) -> Path:
             tar.extractall(unpacked, members=members, filter="data")
         (unpacked / _COMMIT).write_text(commit)
         os.replace(unpacked, source)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return source
 
 

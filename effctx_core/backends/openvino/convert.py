@@ -32,6 +32,7 @@ from openvino.op.util import Variable, VariableInfo
 from effctx_core.atomic import fsync_dir
 from effctx_core.errors import EffctxError, ModelFileError
 from effctx_core.models import ProgressFn, data_dir, sha256_file
+from effctx_core.temp_files import create_temp_dir, sweep_dead_temps
 
 # Bumped whenever the graph or the weight encoding changes: a cached IR of another
 # version is converted again.
@@ -408,7 +409,8 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
                  out_dir: Path | None = None, logits_of: str = "last") -> ConvertedModel:
     """Convert once: a cached IR of the same source, version and weights is returned as it
     is. The IR is written into a temporary folder beside the target and renamed into
-    place when complete, so an interrupted conversion never leaves a folder that looks done."""
+    place when complete, so an interrupted conversion never leaves a folder that looks done;
+    what a killed conversion left behind is removed by the next one."""
     if weights not in WEIGHT_FORMATS:
         raise ConversionError(f"unknown weight format {weights!r} (known: {', '.join(WEIGHT_FORMATS)})")
     if logits_of not in LOGITS:
@@ -429,8 +431,10 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
     tensors = _Tensors(reader, gguf_path, progress)
     model, weight_bytes = build_model(hp, tensors, tensors.__contains__, weights, logits_of)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    # effctx's own folder of conversions is swept whole; a folder the caller chose, only of
+    # this target's temps
+    sweep_dead_temps(target.parent, None if out_dir is None else target.name)
+    tmp = create_temp_dir(target)
     try:
         if progress:
             progress("writing the IR", 0, 1)
