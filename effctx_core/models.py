@@ -57,17 +57,23 @@ def sha256_file(path: Path, progress: ProgressFn | None = None) -> str:
     entry = cache.get(key)
     if entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
         return entry["sha256"]
+    value = sha256_uncached(path, progress)
+    _remember_digest(path, st, value)
+    return value
+
+
+def sha256_uncached(path: Path, progress: ProgressFn | None = None) -> str:
+    """sha256 of a file, read now whatever any cache says."""
     digest = hashlib.sha256()
     done = 0
-    with path.open("rb") as f:
+    with Path(path).open("rb") as f:
+        total = os.fstat(f.fileno()).st_size
         while block := f.read(_HASH_BLOCK):
             digest.update(block)
             done += len(block)
             if progress:
-                progress("hashing model", done, st.st_size)
-    value = digest.hexdigest()
-    _remember_digest(path, st, value)
-    return value
+                progress("hashing model", done, total)
+    return digest.hexdigest()
 
 
 def _remember_digest(path: Path, st: os.stat_result, value: str) -> None:

@@ -14,11 +14,11 @@ from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.backends.openvino.backend import OpenVINOBackend
 from effctx_core.backends.openvino.capacity import block_bytes
+from effctx_core.backends.openvino.convert import MANIFEST
 from effctx_core.backends.openvino.paged import OpenVINOPagedSession
 from effctx_core.backends.openvino.runtime import converted
 from effctx_core.backends.openvino.settings import options_of
 from effctx_core.contract import DecodeConfig
-from effctx_core.errors import ModelFileError
 from effctx_core.events.reader import read_trace
 from effctx_core.events.trace import RuntimeCounted
 from effctx_core.profiles import Profile, ProfileError, load_profile, profile_from_toml
@@ -88,14 +88,30 @@ def test_describe_converts_nothing_and_says_what_the_first_open_costs(tiny, tmp_
     assert "writing the IR" in stages and BACKEND.pending_preparation(tiny, profile) is None
 
 
-def test_a_converted_model_without_its_weights_is_one_line(tiny, tmp_path, monkeypatch):
+@pytest.mark.parametrize("damage, problem", [
+    ("deleted", "has no openvino_model.bin"),
+    ("truncated", "is damaged: openvino_model.bin has 100 bytes, its manifest says {size}"),
+    ("unrecorded", "has no record of its files' sizes (an older effctx wrote it)"),
+])
+def test_the_first_use_converts_a_damaged_ir_again_and_says_why(tiny, tmp_path, monkeypatch, damage, problem):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     profile = ov_profile()
     ir = converted(tiny, profile)
-    assert ir is not None
-    ir.xml.with_suffix(".bin").unlink()
-    with pytest.raises(ModelFileError, match="has no openvino_model.bin: run effctx model convert --to openvino"):
-        BACKEND.open(tiny, profile)
+    weights = ir.xml.with_suffix(".bin")
+    size = weights.stat().st_size
+    if damage == "deleted":
+        weights.unlink()
+    elif damage == "truncated":
+        weights.write_bytes(weights.read_bytes()[:100])
+    else:  # a manifest as effctx wrote them before it recorded the files
+        manifest = json.loads((ir.path / MANIFEST).read_text())
+        del manifest["files"]
+        (ir.path / MANIFEST).write_text(json.dumps(manifest))
+    assert BACKEND.pending_preparation(tiny, profile) == (
+        f"converts the GGUF to OpenVINO IR again, since the converted model {ir.path} {problem.format(size=size)} "
+        "(about 25 s and 3.5 GB of memory for the default model)")
+    BACKEND.open(tiny, profile).close()
+    assert weights.stat().st_size == size and BACKEND.pending_preparation(tiny, profile) is None
 
 
 def test_a_restored_f16_state_gives_the_very_logits_of_the_original(tiny):

@@ -161,6 +161,30 @@ def test_the_paged_pipeline_reads_the_sliding_window_of_every_windowed_layer(gem
 # --------------------------------------------------------------------------- faults
 
 
+def convert_command(source: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([EFFCTX, "model", "convert", "--to", "openvino", "--model", str(source)],
+                          capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "rewritten in place"])
+def test_model_convert_converts_a_damaged_ir_again_and_says_why(tiny, tmp_path, damage):
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    assert convert_command(tiny[0], env).returncode == 0
+    folder = tmp_path / "data" / "effctx" / "openvino" / f"{sha256_file(tiny[0])[:16]}-int8-last"
+    weights = folder / "openvino_model.bin"
+    whole = weights.read_bytes()
+    if damage == "truncated":
+        weights.write_bytes(whole[:1000])
+        why = f"is damaged: openvino_model.bin has 1000 bytes, its manifest says {len(whole)}"
+    else:  # same size: only the digest tells
+        weights.write_bytes(whole[:-1] + bytes([whole[-1] ^ 0xFF]))
+        why = "is damaged: openvino_model.bin does not match the sha256 in its manifest"
+    out = convert_command(tiny[0], env)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines()[0] == f"effctx: the converted model {folder} {why}: converting it again"
+    assert out.stdout.startswith("converted to OpenVINO IR (int8, ") and weights.read_bytes() == whole
+
+
 CONVERSION_STOPPED_WHILE_WRITING = """
 import sys, time
 from pathlib import Path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from effctx_core.cli.options import stderr_progress
 
@@ -31,11 +32,14 @@ def run(args: argparse.Namespace) -> int:
 
         source = resolve_model(args.model, progress=stderr_progress())
         check_gguf_file(source)
-        cached = cached_conversion(source, args.weights)
-        if cached is not None:
-            print(f"already converted: {cached.path}")
+        # The one explicit check: every file's sha256 against the manifest, not only its size.
+        cached = cached_conversion(source, args.weights, digests=True)
+        if cached.model is not None:
+            print(f"already converted: {cached.model.path}")
             return 0
-        converted = convert_gguf(source, args.weights, progress=stderr_progress())
+        if cached.problem:
+            print(f"effctx: {cached.problem}: converting it again", file=sys.stderr, flush=True)
+        converted = convert_gguf(source, args.weights, progress=stderr_progress(), reuse=False)
         m = converted.manifest
         print(f"converted to OpenVINO IR ({args.weights}, {m['weight_bytes'] / 2**20:.0f} MiB of weights, "
               f"{m['seconds']:.0f} s): {converted.path}")

@@ -15,7 +15,7 @@ from effctx_core.backends.llama.executor import check_policy
 from effctx_core.backends.llama.gguf_facts import check_gguf_file
 from effctx_core.backends.llama.runtime import load_model
 from effctx_core.backends.openvino.info import model_info
-from effctx_core.backends.openvino.runtime import converted, ready_ir
+from effctx_core.backends.openvino.runtime import cached_ir, converted, ready_ir
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, options_of
 from effctx_core.contract import Baseline, ModelInfo, RangeAction, RuntimeEviction, Session
 from effctx_core.errors import UnsupportedFeatureError
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 # What a first open costs on this machine's 2 cores (the default model; measured 22-26 s,
 # 3.4 GB peak memory, 272 MiB of int8 weights).
-CONVERSION_COST = "converts the GGUF to OpenVINO IR first (about 25 s and 3.5 GB of memory for the default model)"
+CONVERSION_COST = "converts the GGUF to OpenVINO IR {when} (about 25 s and 3.5 GB of memory for the default model)"
 
 
 class NoEditExecutor:
@@ -53,8 +53,12 @@ class OpenVINOBackend:
         return None  # openvino-genai installs from wheels with effctx
 
     def pending_preparation(self, model_path: Path, profile: Profile) -> str | None:
-        """What the first open of this profile will do before it can run, or None."""
-        return None if converted(model_path, profile, convert=False) is not None else CONVERSION_COST
+        """What the first open of this profile will do before it can run (and why, when a
+        converted folder is there but its files do not match its manifest), or None."""
+        cached = cached_ir(model_path, profile)
+        if cached.model is not None:
+            return None
+        return CONVERSION_COST.format(when=f"again, since {cached.problem}" if cached.problem else "first")
 
     def prepare(self, model_path: Path, profile: Profile, progress: ProgressFn | None = None) -> None:
         converted(model_path, profile, progress)

@@ -29,10 +29,11 @@ import openvino as ov
 import openvino.opset13 as op
 from openvino.op.util import Variable, VariableInfo
 
-from effctx_core.atomic import fsync_dir
+from effctx_core.atomic import atomic_write_bytes, fsync_dir
 from effctx_core.errors import EffctxError, ModelFileError
-from effctx_core.models import ProgressFn, data_dir, sha256_file
+from effctx_core.models import ProgressFn, data_dir, sha256_file, sha256_uncached
 from effctx_core.temp_files import create_temp_dir, sweep_dead_temps
+from effctx_core.user_files import os_reason
 
 # Bumped whenever the graph or the weight encoding changes: a cached IR of another
 # version is converted again.
@@ -389,27 +390,90 @@ def _manifest_of(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _cached(source: str, weights: str, logits_of: str) -> ConvertedModel | None:
-    path = converted_dir(source, weights, logits_of)
-    manifest = _manifest_of(path)
-    if (manifest and manifest.get("source_sha256") == source and manifest.get("converter_version") == CONVERTER_VERSION
-            and manifest.get("weights") == weights and manifest.get("logits") == logits_of
-            and (path / MODEL_XML).is_file()):
-        return ConvertedModel(path, manifest)
+def _file_records(folder: Path) -> dict[str, dict[str, Any]]:
+    """Each file of a converted folder but the manifest: its size and sha256, read back
+    after an fsync (so a write the disk could not hold fails here, not after the rename)."""
+    records = {}
+    for path in sorted(folder.iterdir()):
+        if path.name == MANIFEST:
+            continue
+        with path.open("rb") as f:
+            os.fsync(f.fileno())
+            size = os.fstat(f.fileno()).st_size
+        records[path.name] = {"bytes": size, "sha256": sha256_uncached(path)}
+    return records
+
+
+def ir_problem(path: Path, manifest: dict[str, Any], digests: bool = False) -> str | None:
+    """Why the files of a converted folder are not the ones its manifest records, or None.
+    Sizes are checked on every use (a stat each); the digests when `digests` (a read of
+    every byte: `effctx model convert` checks them)."""
+    files = manifest.get("files")
+    if not isinstance(files, dict) or MODEL_XML not in files:
+        # An effctx that did not record sizes wrote it: a truncated .bin cannot be told from a whole one.
+        return f"the converted model {path} has no record of its files' sizes (an older effctx wrote it)"
+    for name, record in files.items():
+        file = path / name
+        try:
+            size = file.stat().st_size
+        except FileNotFoundError:
+            return f"the converted model {path} has no {name}"
+        except OSError as exc:
+            return f"the converted model {path} has an unreadable {name} ({os_reason(exc)})"
+        if not isinstance(record, dict) or size != record.get("bytes"):
+            expected = record.get("bytes") if isinstance(record, dict) else None
+            return f"the converted model {path} is damaged: {name} has {size} bytes, its manifest says {expected}"
+    if digests:
+        for name, record in files.items():
+            try:
+                digest = sha256_uncached(path / name)
+            except OSError as exc:
+                return f"the converted model {path} has an unreadable {name} ({os_reason(exc)})"
+            if digest != record.get("sha256"):
+                return f"the converted model {path} is damaged: {name} does not match the sha256 in its manifest"
     return None
 
 
+@dataclass(frozen=True)
+class CachedIR:
+    """What the cache holds for a conversion: the usable IR, or why the folder that is
+    there is not used (`problem`), or neither (nothing converted yet)."""
+
+    model: ConvertedModel | None
+    problem: str | None = None
+
+
+def _cached(source: str, weights: str, logits_of: str, digests: bool = False) -> CachedIR:
+    path = converted_dir(source, weights, logits_of)
+    if not path.exists():
+        return CachedIR(None)
+    manifest = _manifest_of(path)
+    if manifest is None:
+        return CachedIR(None, f"the converted model {path} has no readable {MANIFEST}")
+    if manifest.get("converter_version") != CONVERTER_VERSION:
+        return CachedIR(None, f"the converted model {path} was written by converter version "
+                              f"{manifest.get('converter_version')}, this effctx writes version {CONVERTER_VERSION}")
+    if (manifest.get("source_sha256"), manifest.get("weights"), manifest.get("logits")) != (source, weights, logits_of):
+        return CachedIR(None, f"the converted model {path} has the manifest of another conversion")
+    problem = ir_problem(path, manifest, digests)
+    return CachedIR(None, problem) if problem else CachedIR(ConvertedModel(path, manifest))
+
+
 def cached_conversion(gguf_path: Path, weights: str = "int8", progress: ProgressFn | None = None,
-                      logits_of: str = "last") -> ConvertedModel | None:
-    """The IR already converted from exactly this GGUF by this converter version, if any."""
-    return _cached(sha256_file(gguf_path, progress), weights, logits_of)
+                      logits_of: str = "last", digests: bool = False) -> CachedIR:
+    """The IR already converted from exactly this GGUF by this converter version, with
+    every file the size its manifest records (and the sha256, when `digests`), if any;
+    otherwise why the converted folder there is not used."""
+    return _cached(sha256_file(gguf_path, progress), weights, logits_of, digests)
 
 
 def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | None = None,
-                 out_dir: Path | None = None, logits_of: str = "last") -> ConvertedModel:
-    """Convert once: a cached IR of the same source, version and weights is returned as it
-    is. The IR is written into a temporary folder beside the target and renamed into
-    place when complete, so an interrupted conversion never leaves a folder that looks done;
+                 out_dir: Path | None = None, logits_of: str = "last", reuse: bool = True) -> ConvertedModel:
+    """Convert once: a cached IR of the same source, version and weights whose files have
+    the sizes its manifest records is returned as it is (not with `reuse=False`: the
+    caller found it damaged by its digests); a folder that does not match is converted again.
+    The IR is written into a temporary folder beside the target and renamed into place
+    when complete, so an interrupted conversion never leaves a folder that looks done;
     what a killed conversion left behind is removed by the next one."""
     if weights not in WEIGHT_FORMATS:
         raise ConversionError(f"unknown weight format {weights!r} (known: {', '.join(WEIGHT_FORMATS)})")
@@ -417,7 +481,7 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
         raise ConversionError(f"unknown logits choice {logits_of!r} (known: {', '.join(LOGITS)})")
     gguf_path = Path(gguf_path)
     source = sha256_file(gguf_path, progress)
-    if out_dir is None and (cached := _cached(source, weights, logits_of)) is not None:
+    if out_dir is None and reuse and (cached := _cached(source, weights, logits_of).model) is not None:
         return cached
     target = Path(out_dir) if out_dir is not None else converted_dir(source, weights, logits_of)
     t0 = time.perf_counter()
@@ -439,6 +503,7 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
         if progress:
             progress("writing the IR", 0, 1)
         ov.save_model(model, tmp / MODEL_XML, compress_to_fp16=False)
+        (tmp / GENERATION_CONFIG).write_text(json.dumps(generation_config(reader), indent=1))
         manifest = {
             "converter_version": CONVERTER_VERSION,
             "source": str(gguf_path),
@@ -447,11 +512,11 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
             "logits": logits_of,
             "weight_bytes": weight_bytes,
             "hyper_params": asdict(hp),
+            "files": _file_records(tmp),
             "seconds": round(time.perf_counter() - t0, 1),
             "openvino": ov.get_version(),
         }
-        (tmp / GENERATION_CONFIG).write_text(json.dumps(generation_config(reader), indent=1))
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        atomic_write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
         fsync_dir(target.parent)

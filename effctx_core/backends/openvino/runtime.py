@@ -10,9 +10,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import openvino as ov
 
-from effctx_core.backends.openvino.convert import ConvertedModel, cached_conversion, convert_gguf
+from effctx_core.backends.openvino.convert import (
+    CachedIR,
+    ConvertedModel,
+    cached_conversion,
+    convert_gguf,
+)
 from effctx_core.backends.openvino.settings import OpenVINOOptions, options_of
-from effctx_core.errors import EffctxError, ModelFileError
+from effctx_core.errors import EffctxError
 from effctx_core.models import ProgressFn
 
 if TYPE_CHECKING:
@@ -71,27 +76,21 @@ def first_line(exc: BaseException) -> str:
     return (useful or lines or [type(exc).__name__])[-1]
 
 
-def converted(model_path: Path, profile: Profile, progress: ProgressFn | None = None,
-              convert: bool = True) -> ConvertedModel | None:
-    """The IR of the GGUF for this profile's weight format: from the cache, or converted now
-    (`convert`), or None when it is not there yet."""
-    weights = options_of(profile).weights
-    found = cached_conversion(Path(model_path), weights, progress)
-    if found is not None or not convert:
-        return found
-    return convert_gguf(Path(model_path), weights, progress)
+def converted(model_path: Path, profile: Profile, progress: ProgressFn | None = None) -> ConvertedModel:
+    """The IR of the GGUF for this profile's weight format: from the cache when its files
+    match its manifest, else converted now."""
+    return convert_gguf(Path(model_path), options_of(profile).weights, progress)
+
+
+def cached_ir(model_path: Path, profile: Profile) -> CachedIR:
+    """What the cache holds for this profile's IR (nothing is converted)."""
+    return cached_conversion(Path(model_path), options_of(profile).weights)
 
 
 def ready_ir(model_path: Path, profile: Profile) -> ConvertedModel:
-    """The IR a session of `profile` runs, converted now if it is not cached. A converted
-    folder with its manifest but without weights (deleted, half copied) is one line,
-    before OpenVINO reads it."""
-    ir = converted(model_path, profile)
-    assert ir is not None  # converted() converts when nothing is cached
-    bin_file = ir.xml.with_suffix(".bin")
-    if not bin_file.is_file():
-        raise ModelFileError(f"the converted model {ir.path} has no {bin_file.name}: run effctx model convert --to openvino")
-    return ir
+    """The IR a session of `profile` runs: a converted folder whose files do not match its
+    manifest (a .bin deleted or half copied) is converted again, before OpenVINO reads it."""
+    return converted(model_path, profile)
 
 
 def infer_inputs(ids: Any, past: int) -> dict[str, Any]:
