@@ -7,9 +7,11 @@ read at run time, not copied into the repository.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gguf
@@ -23,6 +25,7 @@ from effctx_core.backends.openvino.convert import ConversionError, convert_gguf,
 from effctx_core.models import sha256_file
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
+PAGE = os.sysconf("SC_PAGE_SIZE")
 REFERENCE_TEXT = Path("/usr/share/common-licenses/GPL-3")
 
 
@@ -164,6 +167,79 @@ def test_the_paged_pipeline_reads_the_sliding_window_of_every_windowed_layer(gem
 def convert_command(source: Path, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([EFFCTX, "model", "convert", "--to", "openvino", "--model", str(source)],
                           capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Callable[[int], Path]]:
+    """Real file systems of a given size (tmpfs, in whole pages), unmounted after the test."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted: list[Path] = []
+
+    def mount(size: int) -> Path:
+        point = tmp_path / f"disk-{len(mounted)}"
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    try:
+        yield mount
+    finally:
+        for point in mounted:
+            subprocess.run(["umount", str(point)], check=True)
+
+
+def pages(size: int) -> int:
+    return -(-size // PAGE) * PAGE
+
+
+@pytest.mark.parametrize("room", ["for nothing", "for all but the manifest"])
+def test_a_full_disk_during_model_convert_is_one_line_naming_the_folder(tiny, small_disk, tmp_path, room):
+    # OpenVINO reports a full disk as a RuntimeError ("basic_ios::clear: iostream error"),
+    # a write of effctx's own (the manifest) as OSError ENOSPC: both are the same line
+    size = PAGE
+    if room == "for all but the manifest":
+        files = convert_gguf(tiny[0], "int8", out_dir=tmp_path / "probe").manifest["files"]
+        size = sum(pages(record["bytes"]) for record in files.values())
+    disk = small_disk(size)
+    env = {**os.environ, "XDG_DATA_HOME": str(disk), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = convert_command(tiny[0], env)
+    folder = disk / "effctx" / "openvino"
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1] == (f"effctx: error: cannot write the OpenVINO IR into {folder}: "
+                                           "no space left on the device (its weights take 1 MiB)")
+    assert list(folder.iterdir()) == []  # the partial IR is gone
+
+
+def test_a_failed_save_with_room_on_the_disk_is_not_called_a_full_disk(tiny, tmp_path):
+    # a file size limit (RLIMIT_FSIZE; Python ignores SIGXFSZ) fails OpenVINO's write of the
+    # .bin the way a full disk does, as a RuntimeError, while the disk has room
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = subprocess.run([EFFCTX, "model", "convert", "--to", "openvino", "--model", str(tiny[0])],
+                         capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000)))
+    folder = tmp_path / "data" / "effctx" / "openvino"
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1] == (f"effctx: error: cannot write the OpenVINO IR into {folder}: "
+                                           "OpenVINO could not save it (basic_ios::clear: iostream error)")
+    assert list(folder.iterdir()) == []
+
+
+def test_a_full_disk_at_the_first_use_of_an_openvino_profile_is_one_line(tiny, small_disk, tmp_path):
+    disk = small_disk(PAGE)
+    env = {**os.environ, "XDG_DATA_HOME": str(disk), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = subprocess.run([EFFCTX, "run", "--profile", "ov-exact", "--model", str(tiny[0]), "--n-ctx", "256",
+                          "--prompt", "Hello"], capture_output=True, text=True, timeout=120, env=env,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("effctx: error:")]
+    assert errors == [f"effctx: error: cannot write the OpenVINO IR into {disk / 'effctx' / 'openvino'}: "
+                      "no space left on the device (its weights take 1 MiB)"]
+    assert out.stderr.splitlines()[-1] == errors[0]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "rewritten in place"])

@@ -14,7 +14,9 @@ reference every rule here was checked against (NLL and top-1 agreement, tests/).
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import shutil
 import time
@@ -382,6 +384,14 @@ def converted_dir(source_sha256: str, weights: str, logits_of: str = "last") -> 
     return data_dir() / "openvino" / f"{source_sha256[:16]}-{weights}-{logits_of}"
 
 
+def first_line(exc: BaseException) -> str:
+    """OpenVINO's exceptions quote a C++ stack of 'Exception from ...' lines: the cause is the
+    last line that says something."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith("Exception from")]
+    return (useful or lines or [type(exc).__name__])[-1]
+
+
 def _manifest_of(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((path / MANIFEST).read_text())
@@ -467,6 +477,32 @@ def cached_conversion(gguf_path: Path, weights: str = "int8", progress: Progress
     return _cached(sha256_file(gguf_path, progress), weights, logits_of, digests)
 
 
+def _no_space(folder: Path) -> bool:
+    """Whether the file system of `folder` is full: under 1 MiB free (counting the blocks
+    reserved for root when running as root), or no free inodes."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    blocks = st.f_bfree if os.geteuid() == 0 else st.f_bavail
+    return blocks * st.f_frsize < 2**20 or (st.f_files > 0 and st.f_favail == 0)
+
+
+def _write_error(folder: Path, exc: OSError | RuntimeError, weight_bytes: int) -> ConversionError:
+    """One line for a write of the conversion that failed. OpenVINO's save_model reports a
+    full disk as a RuntimeError ("basic_ios::clear: iostream error"), without an errno: the
+    file system is asked whether it is full before the partial files are removed."""
+    full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or (
+        isinstance(exc, RuntimeError) and _no_space(folder))
+    if full:
+        reason = f"no space left on the device (its weights take {math.ceil(weight_bytes / 2**20)} MiB)"
+    elif isinstance(exc, OSError):
+        reason = os_reason(exc)
+    else:
+        reason = f"OpenVINO could not save it ({first_line(exc)})"
+    return ConversionError(f"cannot write the OpenVINO IR into {folder}: {reason}")
+
+
 def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | None = None,
                  out_dir: Path | None = None, logits_of: str = "last", reuse: bool = True) -> ConvertedModel:
     """Convert once: a cached IR of the same source, version and weights whose files have
@@ -494,11 +530,15 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
     hp = hyper_params(reader, gguf_path)
     tensors = _Tensors(reader, gguf_path, progress)
     model, weight_bytes = build_model(hp, tensors, tensors.__contains__, weights, logits_of)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # effctx's own folder of conversions is swept whole; a folder the caller chose, only of
-    # this target's temps
-    sweep_dead_temps(target.parent, None if out_dir is None else target.name)
-    tmp = create_temp_dir(target)
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # effctx's own folder of conversions is swept whole; a folder the caller chose,
+        # only of this target's temps
+        sweep_dead_temps(folder, None if out_dir is None else target.name)
+        tmp = create_temp_dir(target)
+    except OSError as exc:
+        raise _write_error(folder, exc, weight_bytes) from None
     try:
         if progress:
             progress("writing the IR", 0, 1)
@@ -519,7 +559,9 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
         atomic_write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
-        fsync_dir(target.parent)
+        fsync_dir(folder)
+    except (OSError, RuntimeError) as exc:
+        raise _write_error(folder, exc, weight_bytes) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ConvertedModel(target, manifest)

@@ -15,6 +15,7 @@ from effctx_core.backends.openvino.convert import (
     ConvertedModel,
     cached_conversion,
     convert_gguf,
+    first_line,
 )
 from effctx_core.backends.openvino.settings import OpenVINOOptions, options_of
 from effctx_core.errors import EffctxError
@@ -66,14 +67,6 @@ def compiled_model(xml: Path, config: dict[str, str]) -> ov.CompiledModel:
     with _lock:
         _compiled[key] = compiled
     return compiled
-
-
-def first_line(exc: BaseException) -> str:
-    """OpenVINO's exceptions quote a C++ stack of 'Exception from ...' lines: the cause is the
-    last line that says something."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    useful = [line for line in lines if not line.startswith("Exception from")]
-    return (useful or lines or [type(exc).__name__])[-1]
 
 
 def converted(model_path: Path, profile: Profile, progress: ProgressFn | None = None) -> ConvertedModel:
