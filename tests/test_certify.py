@@ -12,9 +12,12 @@ import pytest
 from small_workload import write_small_workload
 from tiny_gguf import write_tiny_llama_gguf
 
+from effctx_core.backends.registry import get_backend
+from effctx_core.certify import example_document, this_machine
 from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, cell_matrix
-from effctx_core.certify.plan import CertifyPlan
-from effctx_core.certify.runner import Certifier
+from effctx_core.certify.plan import QUICK, CertifyPlan
+from effctx_core.certify.runner import Certifier, cell_key
+from effctx_core.certify.schema import stage_problem
 from effctx_core.certify.store import CertificateStore
 from effctx_core.profiles import load_profile
 
@@ -117,6 +120,46 @@ def test_a_stopped_certification_resumes_from_the_stages_it_finished(default_mod
     resumed = Certifier(default_model, store, plan).certify(load_profile("exact"))
     assert resumed.resumed == ("passkey", "throughput")
     assert not list((tmp_path / "partial").iterdir())
+
+
+def test_every_stage_a_certification_saves_passes_the_stage_check_and_is_resumed(tmp_path, plan):
+    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    store = CertificateStore(tmp_path / "certificates")
+    profile = load_profile("exact").with_changes(n_ctx=1024)
+
+    def stop_before_writing(message: str, done: int, total: int) -> None:
+        if "writing the certificate" in message:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Certifier(model, store, plan, stop_before_writing).certify(profile)
+    [partial] = (tmp_path / "certificates" / "partial").glob("*.json")
+    stages = json.loads(partial.read_text())["stages"]
+    assert {name: stage_problem(name, value) for name, value in stages.items()} == {
+        "throughput": None, "passkey": None, "nll": None, "workload:small": None}
+    notes: list[str] = []
+    resumed = Certifier(model, store, plan, note=notes.append).certify(profile)
+    assert (resumed.resumed, notes) == (("nll", "passkey", "throughput", "workload:small"), [])
+
+
+def test_a_damaged_saved_stage_is_said_in_one_line_and_measured_again(tmp_path):
+    # Room for the agent loop in the tiny model's tokens, and a model trained for as many.
+    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", n_ctx_train=16384)
+    profile = load_profile("exact").with_changes(n_ctx=16384)
+    key = cell_key(this_machine(), get_backend("llama").describe(model, profile), profile)
+    partial = CertificateStore().root / "partial" / f"{key}.json"
+    partial.parent.mkdir(parents=True)
+    damaged = {"throughput": example_document()["throughput"]}
+    damaged["throughput"]["engine_raw"]["prefill"] = "fast"
+    partial.write_text(json.dumps({"plan": QUICK.key, "stages": {"throughput": damaged}}))
+    out = effctx("certify", "--quick", "--profile", "exact", "--n-ctx", "16384", "--model", str(model), "--json")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ("effctx: certify: the saved throughput stage of exact is damaged (throughput.engine_raw."
+                          "prefill: 'fast' is not of type 'number'): measuring it again\n")
+    [done] = json.loads(out.stdout)
+    assert done["resumed"] == [] and isinstance(done["throughput"]["engine_raw"]["prefill"], float)
+    assert CertificateStore().load(Path(done["path"]))["cell_key"] == key
+    assert not partial.exists()
 
 
 def test_auto_picks_the_certified_cell_and_says_why_in_one_line(exact, store, monkeypatch):

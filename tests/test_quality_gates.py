@@ -70,6 +70,13 @@ def test_the_nll_gate_fails_a_cache_that_costs_more_than_five_percent():
     assert (gate.passed, gate.detail) == (False, "the cache costs answer quality")
 
 
+def test_a_reference_nll_of_zero_leaves_no_room_for_any_rise():
+    # The certificate schema allows 0, so a saved NLL stage may hold it: a gate, not a ZeroDivisionError.
+    assert nll_gate(NLLResult(True, "scored", 500, 0.0, 0.0, "ref")).passed
+    gate = nll_gate(NLLResult(True, "scored", 500, 0.1, 0.0, "ref"))
+    assert (gate.passed, gate.measured) == (False, "0.1000 against 0.0000 (+inf%) over 500 tokens")
+
+
 def test_an_nll_that_cannot_be_measured_is_skipped_with_its_reason():
     gate = nll_gate(NLLResult(False, "the pipeline exposes no logits"))
     assert (gate.passed, gate.skipped, gate.detail) == (True, True, "skipped: the pipeline exposes no logits")

@@ -8,6 +8,7 @@ unsupported codes name it: the certificate then rests on the other gates, and sa
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from effctx_core.bench.quality import NLLResult, PasskeyGrid
@@ -70,7 +71,9 @@ def nll_gate(nll: NLLResult) -> Gate:
     threshold = f"NLL at most {NLL_MAX_RELATIVE:.0%} above the same backend's f16, no-eviction cell"
     if not nll.supported or nll.nll is None or nll.reference_nll is None:
         return Gate("nll", True, threshold, "not measured", f"skipped: {nll.reason}", skipped=True)
-    rise = (nll.nll - nll.reference_nll) / nll.reference_nll
+    # A reference of 0 (every token certain) leaves no room: any rise fails the gate.
+    rise = ((nll.nll - nll.reference_nll) / nll.reference_nll if nll.reference_nll > 0
+            else (0.0 if nll.nll <= 0 else math.inf))
     measured = f"{nll.nll:.4f} against {nll.reference_nll:.4f} ({rise:+.2%}) over {nll.tokens} tokens"
     passed = rise <= NLL_MAX_RELATIVE
     return Gate("nll", passed, threshold, measured, "within the threshold" if passed else "the cache costs answer quality")

@@ -2,7 +2,9 @@
 
 The stages (throughput, passkey grid, NLL, each workload) are saved as they finish in a
 partial file next to the certificates, so a full certification that is stopped resumes
-where it stopped; the partial file only counts for the same cell and the same plan.
+where it stopped; the partial file only counts for the same cell and the same plan. Each
+stage keeps the parts of the certificate it makes, checked against the certificate's
+schema when read back: a damaged one is said in one line and measured again.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from effctx_core import __version__
 from effctx_core.atomic import atomic_write_bytes
 from effctx_core.backends.registry import get_backend
 from effctx_core.bench.overhead import run_overhead
-from effctx_core.bench.quality import NLLResult, reference_profile, run_nll, run_passkey_grid
+from effctx_core.bench.quality import (
+    ControlResult,
+    LengthResult,
+    NLLResult,
+    PasskeyGrid,
+    reference_profile,
+    run_nll,
+    run_passkey_grid,
+)
 from effctx_core.bench.workload_run import run_workload
 from effctx_core.bench.workloads import Workload, load_workload
 from effctx_core.cancel import CancelToken
@@ -33,12 +43,14 @@ from effctx_core.certify.gates import (
 )
 from effctx_core.certify.hardware import Hardware, this_machine
 from effctx_core.certify.plan import CertifyPlan
+from effctx_core.certify.schema import stage_kind, stage_problem
 from effctx_core.certify.store import CertificateStore
 from effctx_core.contract import ModelInfo
 from effctx_core.engine import SessionEngine
 from effctx_core.profiles import Profile
 
 ProgressFn = Callable[[str, int, int], None]
+NoteFn = Callable[[str], None]
 
 
 def profile_digest(profile: Profile) -> str:
@@ -88,14 +100,24 @@ class _Partial:
     resumed: list[str] = field(default_factory=list)
 
     @classmethod
-    def open(cls, path: Path, plan: CertifyPlan) -> _Partial:
+    def open(cls, path: Path, plan: CertifyPlan, profile: str, note: NoteFn) -> _Partial:
+        """The stages saved for this plan; each is checked against what its stage makes,
+        and one that is damaged is said in one line and left to be measured again."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("plan") == plan.key and isinstance(data.get("stages"), dict):
-                return cls(path, plan.key, data["stages"], sorted(data["stages"]))
         except (OSError, ValueError):
-            pass  # no partial file, or one from an interrupted write: start over
-        return cls(path, plan.key)
+            data = None  # no partial file, or one from an interrupted write: start over
+        if not isinstance(data, dict) or data.get("plan") != plan.key or not isinstance(data.get("stages"), dict):
+            return cls(path, plan.key)
+        stages = {}
+        for name, value in data["stages"].items():
+            problem = stage_problem(name, value)
+            if problem is None:
+                stages[name] = value
+            elif stage_kind(name) is not None:
+                note(f"effctx: certify: the saved {name.replace(':', ' ')} stage of {profile} is damaged ({problem}): "
+                     "measuring it again")
+        return cls(path, plan.key, stages, sorted(stages))
 
     def stage(self, name: str, run: Callable[[], Any]) -> Any:
         if name not in self.stages:
@@ -106,6 +128,26 @@ class _Partial:
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def _passkey_grid(section: dict) -> PasskeyGrid:
+    """The grid a passkey stage kept (the certificate's quality.passkey), for its gate."""
+    control = section["control"]
+    return PasskeyGrid(tuple(LengthResult(**row) for row in section["by_length"]),
+                       ControlResult(control["trials"], control["false_keys"], ()), ())
+
+
+def _throughput_section(report: dict) -> dict:
+    """The certificate's throughput part of bench/overhead.py's report."""
+    side = lambda d: {"prefill_tps": d["prefill_tps"], "decode_tps": d["decode_tps"]}
+    return {
+        "prompt_tokens": report["prompt_tokens"], "decode_tokens": report["decode_tokens"],
+        "engine": side(report["engine"]),
+        "raw": {"name": report["raw"]["name"], **side(report["raw"])},
+        "library": {"name": report["library"]["name"], **side(report["library"])},
+        "engine_raw": {"prefill": report["prefill_ratio"], "decode": report["decode_ratio"]},
+        "engine_library": {"prefill": report["library_prefill_ratio"], "decode": report["library_decode_ratio"]},
+    }
 
 
 @dataclass(frozen=True)
@@ -125,12 +167,15 @@ class Certifier:
     measured once per run and shared by the cells that need it."""
 
     def __init__(self, model_path: Path, store: CertificateStore, plan: CertifyPlan,
-                 progress: ProgressFn = lambda m, d, t: None, cancel: CancelToken | None = None):
+                 progress: ProgressFn = lambda m, d, t: None, cancel: CancelToken | None = None,
+                 note: NoteFn = lambda line: None):
+        """`note` gets the one-line notes of a run (a damaged saved stage)."""
         self.model_path = model_path
         self.store = store
         self.plan = plan
         self.progress = progress
         self.cancel = cancel or CancelToken()
+        self.note = note
         self._references: dict[str, NLLResult] = {}
 
     def steps(self) -> int:
@@ -141,23 +186,23 @@ class Certifier:
         hardware = this_machine()
         info = backend.describe(self.model_path, profile)
         key = cell_key(hardware, info, profile)
-        partial = _Partial.open(self.store.root / "partial" / f"{key}.json", self.plan)
+        partial = _Partial.open(self.store.root / "partial" / f"{key}.json", self.plan, profile.name, self.note)
         steps, plan = self.steps(), self.plan
         say = lambda stage, done: self.progress(f"{profile.name}: {stage}", done, steps)
+        stage = partial.stage
 
         say("throughput (engine, raw loop, library)", 0)
-        throughput = partial.stage("throughput", lambda: run_overhead(
-            self.model_path, profile, plan.prompt_tokens, plan.decode_tokens, plan.rounds, cancel=self.cancel).to_dict())
+        throughput = stage("throughput", lambda: self._throughput(profile))
         say("passkey grid", 1)
-        grid = partial.stage("passkey", lambda: self._passkey(profile))
+        grid = stage("passkey", lambda: self._passkey(profile))
         say("NLL of the reference text", 2)
-        nll = partial.stage("nll", lambda: self._nll(profile, info).to_dict())
+        nll = stage("nll", lambda: self._nll(profile, info).to_dict())
         workloads = {}
         for i, name in enumerate(plan.workloads):
             workload = load_workload(name)
             say(f"workload {workload.name}", 3 + i)
-            workloads[workload.name] = partial.stage(f"workload:{workload.name}",
-                                                     functools.partial(self._workload, profile, workload))
+            workloads[workload.name] = stage(f"workload:{workload.name}",
+                                             functools.partial(self._workload, profile, workload))
         self.progress(f"{profile.name}: writing the certificate", steps, steps)
         document = self._document(profile, info, hardware, key, throughput, grid, nll, workloads)
         path = self.store.save(document)
@@ -165,6 +210,12 @@ class Certifier:
         return Certification(profile.name, document, path, tuple(partial.resumed))
 
     # ------------------------------------------------------------------ stages
+
+    def _throughput(self, profile: Profile) -> dict:
+        plan = self.plan
+        report = run_overhead(self.model_path, profile, plan.prompt_tokens, plan.decode_tokens, plan.rounds,
+                              cancel=self.cancel)
+        return {"throughput": _throughput_section(report.to_dict())}
 
     def _passkey(self, profile: Profile) -> dict:
         engine = SessionEngine(self.model_path, profile)
@@ -174,7 +225,7 @@ class Certifier:
                                     cancel=self.cancel)
         finally:
             engine.close()
-        return {**grid.to_dict(), "certified": certified_length(grid), "gate": passkey_gate(grid).to_dict()}
+        return grid.to_dict()
 
     def _scored(self, profile: Profile, reference: NLLResult | None, chars: int) -> NLLResult:
         engine = SessionEngine(self.model_path, profile)
@@ -208,7 +259,7 @@ class Certifier:
         report = run_workload(self.model_path, profile, workload, control=self.plan.control, cancel=self.cancel)
         questions = report.questions
         control = [t.control.wall_ms for t in report.turns if t.control is not None]
-        return {
+        figures = {
             "digest": workload.digest,
             "turns": len(report.turns),
             "ttft_ms": [round(t.ttft_ms, 2) for t in report.turns],
@@ -220,8 +271,8 @@ class Certifier:
             "computed": sum(t.computed for t in report.turns),
             "correct": sum(bool(t.correct) for t in questions) if questions else None,
             "questions": len(questions) if questions else None,
-            "accounting": list(report.accounting),
         }
+        return {"workload": figures, "accounting": list(report.accounting)}
 
     # ------------------------------------------------------------------ the document
 
@@ -229,15 +280,18 @@ class Certifier:
                   grid: dict, nll: dict, workloads: dict) -> dict:
         facts = info.facts
         problems = tuple(p for w in workloads.values() for p in w["accounting"])
-        turns = sum(w["turns"] for w in workloads.values())
+        turns = sum(w["workload"]["turns"] for w in workloads.values())
+        passkey = _passkey_grid(grid)
+        nll_result = NLLResult(**{k: v for k, v in nll.items() if k != "delta"})
+        ratios = throughput["throughput"]["engine_raw"]
         gates: list[Gate] = [
-            Gate(**{**grid["gate"], "skipped": False}),
-            nll_gate(NLLResult(**{k: v for k, v in nll.items() if k != "delta"})),
+            passkey_gate(passkey),
+            nll_gate(nll_result),
             accounting_gate(turns, problems),
-            throughput_gate(throughput["prefill_ratio"], throughput["decode_ratio"], self.plan.throughput_min_ratio),
+            throughput_gate(ratios["prefill"], ratios["decode"], self.plan.throughput_min_ratio),
         ]
         failed = next((g for g in gates if not g.passed), None)
-        certified = grid["certified"] if failed is None else None
+        certified = certified_length(passkey) if failed is None else None
         skipped = [g for g in gates if g.skipped]
         if failed is not None:
             reason = f"{failed.name} gate failed: {failed.detail} ({failed.measured})"
@@ -246,7 +300,6 @@ class Certifier:
             if skipped:
                 reason += "; " + "; ".join(f"{g.name} {g.detail}" for g in skipped)
         lengths = self.plan.lengths_for(profile)
-        side = lambda d: {"prefill_tps": d["prefill_tps"], "decode_tps": d["decode_tps"]}
         document = {
             "schema_version": 1,
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -268,19 +321,11 @@ class Certifier:
             "context": {"model": facts.context_length, "memory": memory_limit(info, profile), "allocated": info.n_ctx,
                         "certified": certified},
             "prompt_sizes": list(lengths),
-            "throughput": {
-                "prompt_tokens": throughput["prompt_tokens"], "decode_tokens": throughput["decode_tokens"],
-                "engine": side(throughput["engine"]),
-                "raw": {"name": throughput["raw"]["name"], **side(throughput["raw"])},
-                "library": {"name": throughput["library"]["name"], **side(throughput["library"])},
-                "engine_raw": {"prefill": throughput["prefill_ratio"], "decode": throughput["decode_ratio"]},
-                "engine_library": {"prefill": throughput["library_prefill_ratio"],
-                                   "decode": throughput["library_decode_ratio"]},
-            },
+            "throughput": throughput["throughput"],
             "accounting": {"turns": turns, "agree": not problems,
                            "detail": problems[0] if problems else f"reported = counted on all {turns} workload turns"},
-            "workloads": {name: {k: v for k, v in w.items() if k != "accounting"} for name, w in workloads.items()},
-            "quality": {"passkey": {"by_length": grid["by_length"], "control": grid["control"]}, "nll": nll},
+            "workloads": {name: w["workload"] for name, w in workloads.items()},
+            "quality": {"passkey": grid, "nll": nll_result.to_dict()},
             "gates": [g.to_dict() for g in gates],
             "status": "certified" if failed is None else "failed",
             "failed_gate": failed.name if failed else None,

@@ -3,6 +3,11 @@ every certificate passes before it is written and after it is read.
 
 The schema holds what JSON Schema can say; `_cross_checks` holds the few rules that
 compare two fields of one record (found <= trials), which JSON Schema cannot express.
+
+The stages of a resumable certification (runner.py) keep the parts of the certificate
+they make in its partial file; `stage_problem` checks one read back against the parts of
+this same schema (STAGE_SCHEMAS points into it), so a stage that could not make a valid
+certificate is found when it is read, not after minutes of measuring the other stages.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from importlib import resources
 from typing import Any, Iterable
 
 from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
 
 from effctx_core.errors import EffctxError
 
@@ -57,11 +63,10 @@ def _short(message: str) -> str:
     return message if len(message) <= _MAX_MESSAGE else message[: _MAX_MESSAGE - 1] + "…"
 
 
-def _cross_checks(doc: dict) -> str | None:
-    """Rules between fields of one record, on a document that already passed the schema."""
-    passkey = doc["quality"]["passkey"]
+def _passkey_problem(passkey: dict, at: str) -> str | None:
+    """Rules between fields of the passkey grid (`quality.passkey`, found at `at`)."""
     for i, row in enumerate(passkey["by_length"]):
-        where = f"quality.passkey.by_length[{i}]"
+        where = f"{at}by_length[{i}]"
         for key in ("found", "needle_resident"):
             if row[key] > row["trials"]:
                 return f"{where}.{key}: {row[key]} is more than its trials ({row['trials']})"
@@ -69,8 +74,15 @@ def _cross_checks(doc: dict) -> str | None:
             return f"{where}.ci_low: {row['ci_low']} is above ci_high ({row['ci_high']})"
     control = passkey["control"]
     if control["false_keys"] > control["trials"]:
-        return (f"quality.passkey.control.false_keys: {control['false_keys']} is more than its trials "
-                f"({control['trials']})")
+        return f"{at}control.false_keys: {control['false_keys']} is more than its trials ({control['trials']})"
+    return None
+
+
+def _cross_checks(doc: dict) -> str | None:
+    """Rules between fields of one record, on a document that already passed the schema."""
+    problem = _passkey_problem(doc["quality"]["passkey"], "quality.passkey.")
+    if problem is not None:
+        return problem
     seen: set[str] = set()
     for i, gate in enumerate(doc["gates"]):
         if gate["name"] in seen:
@@ -104,3 +116,59 @@ def check_document(doc: dict) -> None:
     problem = first_problem(doc)
     if problem is not None:
         raise CertificateError(f"{_label(doc)}: {problem}")
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def _part(pointer: str) -> dict:
+    """A part of the certificate schema, by its JSON pointer."""
+    return {"$ref": f"{certificate_schema()['$id']}{pointer}"}
+
+
+def _record(**fields: dict) -> dict:
+    return {"type": "object", "properties": fields, "required": list(fields), "additionalProperties": False}
+
+
+def _stage_schemas() -> dict[str, dict]:
+    """What each stage keeps, by its kind: the certificate's parts it makes, and the few
+    figures the certificate sums up (a workload's accounting problems)."""
+    return {
+        "throughput": _record(throughput=_part("#/properties/throughput")),
+        "passkey": _part("#/properties/quality/properties/passkey"),
+        "nll": _part("#/properties/quality/properties/nll"),
+        "workload": _record(workload=_part("#/$defs/workload"), accounting={"type": "array", "items": {"type": "string"}}),
+    }
+
+
+STAGE_KINDS = ("throughput", "passkey", "nll", "workload")
+
+
+def stage_kind(name: str) -> str | None:
+    """`workload:agent-loop` -> `workload`; None for a name no stage has."""
+    kind = name.split(":", 1)[0] if name.startswith("workload:") else name
+    return kind if kind in STAGE_KINDS else None
+
+
+@functools.cache
+def _stage_validator(kind: str) -> Draft202012Validator:
+    schema = certificate_schema()
+    registry: Registry = Registry().with_resource(schema["$id"], Resource.from_contents(schema))
+    return Draft202012Validator(_stage_schemas()[kind], registry=registry)
+
+
+def stage_problem(name: str, value: Any) -> str | None:
+    """`<json path>: <message>` of the first thing wrong with a stored stage, or None."""
+    kind = stage_kind(name)
+    if kind is None:
+        return f"no stage is called {name!r}"
+    error = next(iter(_stage_validator(kind).iter_errors(value)), None)
+    if error is not None:
+        return f"{json_path(error.absolute_path)}: {_short(error.message)}"
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return "a number is NaN or infinite"
+    if kind == "passkey":
+        return _passkey_problem(value, "")
+    return None

@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"effctx: damaged certificate (left in place): {line}", file=sys.stderr)
     done = []
     with step_progress(args.json) as progress:
-        certifier = Certifier(models[0], store, plan, progress)
+        certifier = Certifier(models[0], store, plan, progress,
+                              note=lambda line: print(line, file=sys.stderr, flush=True))
         for profile in profiles:
             why = not_counted(documents, here_for(get_backend(profile.backend).describe(models[0], profile), profile))
             if why is not None:
