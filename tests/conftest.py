@@ -36,3 +36,14 @@ def own_certificates(tmp_path_factory, monkeypatch):
     """No test reads the user's certificates or leaves one behind: every test starts
     with an empty certificate store (converted models stay shared in the data dir)."""
     monkeypatch.setenv("EFFCTX_CERTIFICATES", str(tmp_path_factory.mktemp("certificates")))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_measurements(tmp_path_factory):
+    """The session's effctx measurements (certify, bench) register in a folder of its own:
+    a test never sees another process's measurement on this machine as overlapping its
+    timed stages, and never writes into the user's cache folder. Session-wide, so that
+    module fixtures that certify see it too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EFFCTX_MEASURING", str(tmp_path_factory.mktemp("measuring")))
+        yield

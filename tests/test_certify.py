@@ -72,6 +72,12 @@ def test_the_certificate_records_the_cell_the_machine_and_the_figures(exact, def
     assert doc["accounting"] == {"turns": 5, "agree": True, "detail": "reported = counted on all 5 workload turns"}
 
 
+def test_the_certificate_records_the_load_its_throughput_stage_ran_under(exact):
+    load = exact.document["load"]
+    assert [len(load["throughput"][k]) for k in ("loadavg_start", "loadavg_end")] == [3, 3]
+    assert load["others"] == []
+
+
 def test_the_stored_certificate_reads_back_through_the_schema_and_its_digest(exact, store):
     assert store.load(exact.path) == exact.document
 
@@ -149,7 +155,7 @@ def test_a_damaged_saved_stage_is_said_in_one_line_and_measured_again(tmp_path):
     key = cell_key(this_machine(), get_backend("llama").describe(model, profile), profile)
     partial = CertificateStore().root / "partial" / f"{key}.json"
     partial.parent.mkdir(parents=True)
-    damaged = {"throughput": example_document()["throughput"]}
+    damaged = {"throughput": example_document()["throughput"], "load": {"loadavg_start": None, "loadavg_end": None}}
     damaged["throughput"]["engine_raw"]["prefill"] = "fast"
     partial.write_text(json.dumps({"plan": QUICK.key, "stages": {"throughput": damaged}}))
     out = effctx("certify", "--quick", "--profile", "exact", "--n-ctx", "16384", "--model", str(model), "--json")

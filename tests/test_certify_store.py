@@ -55,8 +55,9 @@ def reseal(path: Path, doc: dict) -> None:
 
 
 # Fields added after schema version 1 shipped, optional so that certificates stored before
-# them stay valid: where a cell's model and cache lived, and what its states cost (RPC).
-ADDED_LATER = {"/properties/cell": {"placement", "state_costs"}}
+# them stay valid: where a cell's model and cache lived, and what its states cost (RPC);
+# the machine's load while the cell was measured.
+ADDED_LATER = {"/properties/cell": {"placement", "state_costs"}, "": {"load"}}
 
 
 def test_the_schema_is_valid_draft_2020_12_and_closed_at_every_object_level_but_the_workload_map():
@@ -82,8 +83,10 @@ def test_the_schema_is_valid_draft_2020_12_and_closed_at_every_object_level_but_
 
     walk(schema, "")
     assert open_maps == ["/properties/workloads"]
-    # Every key of the document is required but the digest, which the store adds and demands.
-    assert sorted(schema["required"]) == sorted(k for k in schema["properties"] if k != "digest")
+    # Every key of the document is required but the digest, which the store adds and demands,
+    # and the keys added later.
+    assert sorted(schema["required"]) == sorted(k for k in schema["properties"]
+                                                if k != "digest" and k not in ADDED_LATER[""])
 
 
 def test_the_example_document_is_valid_and_has_no_digest():
@@ -122,6 +125,18 @@ def test_optional_values_may_be_null_and_the_nll_delta_may_be_negative():
     check_document(doc)
     doc["workloads"] = {}
     check_document(doc)
+
+
+def test_a_certificate_may_record_the_load_it_was_measured_under_and_the_record_is_checked():
+    doc = example_document()
+    assert "load" not in doc  # as in every certificate written before the field
+    doc["load"] = {"throughput": {"loadavg_start": [0.5, 0.25, 0.1], "loadavg_end": None},
+                   "others": [{"pid": 4242, "what": "effctx bench overhead", "stage": "passkey"}]}
+    check_document(doc)
+    doc["load"]["throughput"]["loadavg_end"] = [0.5]
+    with pytest.raises(CertificateError) as e:
+        check_document(doc)
+    assert str(e.value) == "certificate exact: load.throughput.loadavg_end: [0.5] is too short"
 
 
 def _set(path: str, value):

@@ -5,6 +5,10 @@ partial file next to the certificates, so a full certification that is stopped r
 where it stopped; the partial file only counts for the same cell and the same plan. Each
 stage keeps the parts of the certificate it makes, checked against the certificate's
 schema when read back: a damaged one is said in one line and measured again.
+
+One certification of a cell runs at a time (a flock on locks/<cell key>.lock, naming
+its holder); a second one refuses. A timed stage (throughput, a workload) that another
+effctx measurement overlapped is not kept: its figures would be the other's load too.
 """
 
 from __future__ import annotations
@@ -12,14 +16,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from effctx_core import __version__
 from effctx_core.atomic import atomic_write_bytes
 from effctx_core.backends.registry import get_backend
+from effctx_core.bench.measuring import Busy, Measurement, Watch, hold, loadavg, measuring
 from effctx_core.bench.overhead import run_overhead
 from effctx_core.bench.quality import (
     ControlResult,
@@ -47,10 +53,21 @@ from effctx_core.certify.schema import stage_kind, stage_problem
 from effctx_core.certify.store import CertificateStore
 from effctx_core.contract import ModelInfo
 from effctx_core.engine import SessionEngine
+from effctx_core.errors import EffctxError
 from effctx_core.profiles import Profile
 
 ProgressFn = Callable[[str, int, int], None]
 NoteFn = Callable[[str], None]
+# The stages whose figures are times: another measurement running beside one slows them.
+TIMED_STAGES = ("throughput", "workload")
+
+
+class CellBusy(EffctxError):
+    """Another process is certifying the cell."""
+
+
+class MeasurementOverlap(EffctxError):
+    """Another effctx measurement ran during a timed stage, which is therefore not kept."""
 
 
 def profile_digest(profile: Profile) -> str:
@@ -130,6 +147,11 @@ class _Partial:
         self.path.unlink(missing_ok=True)
 
 
+def cell_lock_path(store: CertificateStore, key: str) -> Path:
+    """The file whose flock says who certifies the cell now (it stays for the next one)."""
+    return store.root / "locks" / f"{key}.lock"
+
+
 def _passkey_grid(section: dict) -> PasskeyGrid:
     """The grid a passkey stage kept (the certificate's quality.passkey), for its gate."""
     control = section["control"]
@@ -168,28 +190,55 @@ class Certifier:
 
     def __init__(self, model_path: Path, store: CertificateStore, plan: CertifyPlan,
                  progress: ProgressFn = lambda m, d, t: None, cancel: CancelToken | None = None,
-                 note: NoteFn = lambda line: None):
-        """`note` gets the one-line notes of a run (a damaged saved stage)."""
+                 note: NoteFn = lambda line: None, what: str = "effctx certify"):
+        """`note` gets the one-line notes of a run (a damaged saved stage); `what` is how
+        the run is named to a second certification of the cell and to other measurements."""
         self.model_path = model_path
         self.store = store
         self.plan = plan
         self.progress = progress
         self.cancel = cancel or CancelToken()
         self.note = note
+        self.what = what
         self._references: dict[str, NLLResult] = {}
+        self._others: dict[tuple[int, float, str], dict] = {}
 
     def steps(self) -> int:
         return 3 + len(self.plan.workloads)
 
-    def certify(self, profile: Profile) -> Certification:
-        backend = get_backend(profile.backend)
+    def _cell(self, profile: Profile) -> tuple[Hardware, ModelInfo, str]:
         hardware = this_machine()
-        info = backend.describe(self.model_path, profile)
-        key = cell_key(hardware, info, profile)
+        info = get_backend(profile.backend).describe(self.model_path, profile)
+        return hardware, info, cell_key(hardware, info, profile)
+
+    @contextmanager
+    def holding(self, profile: Profile, what: str | None = None) -> Iterator[Measurement]:
+        """Hold the cell's certification lock, or CellBusy naming the process that holds it."""
+        _, info, key = self._cell(profile)
+        with self._hold(profile, info, key, what or self.what) as me:
+            yield me
+
+    @contextmanager
+    def _hold(self, profile: Profile, info: ModelInfo, key: str, what: str) -> Iterator[Measurement]:
+        try:
+            with hold(cell_lock_path(self.store, key), what) as me:
+                yield me
+        except Busy as busy:
+            by = busy.holder.describe() if busy.holder else "another process"
+            raise CellBusy(f"cell {profile.name} ({info.backend}) is being certified by {by}; wait for it or stop it") \
+                from None
+
+    def certify(self, profile: Profile) -> Certification:
+        hardware, info, key = self._cell(profile)
+        with self._hold(profile, info, key, self.what), measuring(f"{self.what} {profile.name}"):
+            return self._certify(profile, hardware, info, key)
+
+    def _certify(self, profile: Profile, hardware: Hardware, info: ModelInfo, key: str) -> Certification:
         partial = _Partial.open(self.store.root / "partial" / f"{key}.json", self.plan, profile.name, self.note)
         steps, plan = self.steps(), self.plan
         say = lambda stage, done: self.progress(f"{profile.name}: {stage}", done, steps)
-        stage = partial.stage
+        stage = lambda name, run: partial.stage(name, functools.partial(self._watched, profile, name, run))
+        self._others.clear()
 
         say("throughput (engine, raw loop, library)", 0)
         throughput = stage("throughput", lambda: self._throughput(profile))
@@ -211,11 +260,35 @@ class Certifier:
 
     # ------------------------------------------------------------------ stages
 
+    def _watched(self, profile: Profile, name: str, run: Callable[[], Any]) -> Any:
+        """Run a stage while watching for other effctx measurements: a timed stage that
+        one overlaps is refused (at its start, before measuring, or at its end); the
+        others are recorded in the certificate."""
+        timed = stage_kind(name) in TIMED_STAGES
+        with Watch() as watch:
+            if timed and watch.seen:
+                raise self._overlap(profile, name, watch.seen)
+            value = run()
+        if timed and watch.seen:
+            raise self._overlap(profile, name, watch.seen)
+        for m in watch.seen:
+            self._others.setdefault((m.pid, m.since, name), {"pid": m.pid, "what": m.what, "stage": name})
+        return value
+
+    def _overlap(self, profile: Profile, name: str, seen: list[Measurement]) -> MeasurementOverlap:
+        stage = name.replace(":", " ")
+        return MeasurementOverlap(
+            f"certify {profile.name}: another effctx measurement ran during the {stage} stage, "
+            f"{'; '.join(m.describe() for m in seen)}, so its figures are not kept; run `effctx certify --profile "
+            f"{profile.name}` again when it has finished (the finished stages are kept)")
+
     def _throughput(self, profile: Profile) -> dict:
         plan = self.plan
+        start = loadavg()
         report = run_overhead(self.model_path, profile, plan.prompt_tokens, plan.decode_tokens, plan.rounds,
                               cancel=self.cancel)
-        return {"throughput": _throughput_section(report.to_dict())}
+        return {"throughput": _throughput_section(report.to_dict()),
+                "load": {"loadavg_start": start, "loadavg_end": loadavg()}}
 
     def _passkey(self, profile: Profile) -> dict:
         engine = SessionEngine(self.model_path, profile)
@@ -322,6 +395,7 @@ class Certifier:
                         "certified": certified},
             "prompt_sizes": list(lengths),
             "throughput": throughput["throughput"],
+            "load": {"throughput": throughput["load"], "others": list(self._others.values())},
             "accounting": {"turns": turns, "agree": not problems,
                            "detail": problems[0] if problems else f"reported = counted on all {turns} workload turns"},
             "workloads": {name: w["workload"] for name, w in workloads.items()},

@@ -134,7 +134,8 @@ def _stage_schemas() -> dict[str, dict]:
     """What each stage keeps, by its kind: the certificate's parts it makes, and the few
     figures the certificate sums up (a workload's accounting problems)."""
     return {
-        "throughput": _record(throughput=_part("#/properties/throughput")),
+        "throughput": _record(throughput=_part("#/properties/throughput"),
+                              load=_part("#/properties/load/properties/throughput")),
         "passkey": _part("#/properties/quality/properties/passkey"),
         "nll": _part("#/properties/quality/properties/nll"),
         "workload": _record(workload=_part("#/$defs/workload"), accounting={"type": "array", "items": {"type": "string"}}),

@@ -5,6 +5,8 @@ Layout under the root (default: <user data dir>/certificates; XDG_DATA_HOME move
     <backend>--<profile>--<cell_key[:16]>.json   the certificate of one cell
     .<name>.*.tmp                                a certificate being written (atomic.py)
     damaged/<name>.<YYYYmmdd-HHMMSS>[.n]         files that failed a check, kept for a look
+    partial/<cell key>.json                      the finished stages of a certification (runner.py)
+    locks/<cell key>.lock                        flock-held by the process certifying the cell
 
 A file is used only after it passed, in this order: it is a regular file of a plausible
 size, UTF-8 JSON without duplicate keys, of a schema version this effctx reads, valid
