@@ -60,6 +60,12 @@ def test_auto_for_a_workload_no_certificate_measured_says_so():
         select_profile(Matrix((row("exact", doc=EXACT),), ()), "long-document")
 
 
+def test_auto_for_a_workload_certification_never_measures_says_so():
+    with pytest.raises(SelectionError, match=r"^--profile auto: no certified cell has measured workload 'mine', and "
+                                             r"`effctx certify` measures only the built-in ones \(agent-loop, "):
+        select_profile(Matrix((row("exact", doc=EXACT),), ()), "mine")
+
+
 def test_a_cell_with_a_step_function_in_certified_context_and_ttft_is_kept_with_its_evidence():
     found = {v.profile: v for v in verdicts(Matrix((row("exact", doc=EXACT), row("fast-long", doc=FAST)), ()))}
     assert found["exact"].verdict == "baseline"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from effctx_core.bench.workloads import workload_names
 from effctx_core.certify.matrix import Matrix, MatrixRow
 from effctx_core.errors import EffctxError
 
@@ -40,6 +41,10 @@ def select_profile(matrix: Matrix, workload: str | None = None) -> Selection:
         raise SelectionError("--profile auto: no cell is certified on this machine; run `effctx certify --quick`")
     measured = [(row, fig) for row in certified if (fig := workload_figure(row, name)) is not None]
     if not measured:
+        builtin = workload_names()
+        if name not in builtin:
+            raise SelectionError(f"--profile auto: no certified cell has measured workload {name!r}, and "
+                                 f"`effctx certify` measures only the built-in ones ({', '.join(builtin)})")
         raise SelectionError(f"--profile auto: no certified cell has measured workload {name!r}; "
                              f"run `effctx certify` (the full plan runs every workload)")
     row, fig = min(measured, key=lambda rf: (rf[1]["wall_ms"], -(rf[0].certified_tokens or 0)))

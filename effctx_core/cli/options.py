@@ -121,19 +121,23 @@ def auto_profile(args: argparse.Namespace) -> str:
 
 
 def _auto_workload(name: str | None) -> str | None:
-    """The workload `--profile auto` chooses for, checked first and with `bench run`'s
-    own message: an unknown name or a bad workload file is the user's typo, not a cell
-    that certification could still measure."""
+    """The workload `--profile auto` chooses for, checked before any model is looked at
+    and with `bench run`'s own messages: a workload file with a wrong field, or a name
+    that is neither built in nor measured by a stored certificate, is the user's typo,
+    not a cell that certification could still measure."""
     from effctx_core.bench.workloads import load_workload, workload_names
+    from effctx_core.certify.matrix import stored_documents
+    from effctx_core.certify.store import CertificateStore
 
-    if name is None:
-        return None
-    workload = load_workload(name)
-    builtin = load_workload(workload.name) if workload.name in workload_names() else None
-    if builtin is None or builtin.digest != workload.digest:
-        raise EffctxError(f"--profile auto chooses by the built-in workloads that `effctx certify` measures; "
-                          f"{workload.source} is not one of them (built in: {', '.join(workload_names())})")
-    return workload.name
+    if name is None or name in workload_names():
+        return name
+    if name.endswith(".toml") or "/" in name:
+        return load_workload(name).name
+    documents, _ = stored_documents(CertificateStore())
+    if any(name in document["workloads"] for document in documents):
+        return name
+    load_workload(name)  # raises bench run's "unknown workload" line
+    return name
 
 
 def profile_from_args(args: argparse.Namespace) -> Profile:
