@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -42,10 +43,21 @@ def _digest_cache_file() -> Path:
 
 
 def _load_digest_cache() -> dict:
+    """The remembered digests; a cache file that is not what _remember_digest writes (a
+    damaged or hand-edited one) counts as empty: it only saves time."""
     try:
-        return json.loads(_digest_cache_file().read_text())
+        data = json.loads(_digest_cache_file().read_text())
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _cached_digest(entry: object, st: os.stat_result) -> str | None:
+    """The digest an entry holds for a file of this size and mtime, if it is one."""
+    if not isinstance(entry, dict) or (entry.get("size"), entry.get("mtime_ns")) != (st.st_size, st.st_mtime_ns):
+        return None
+    value = entry.get("sha256")
+    return value if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) else None
 
 
 def sha256_file(path: Path, progress: ProgressFn | None = None) -> str:
@@ -54,9 +66,8 @@ def sha256_file(path: Path, progress: ProgressFn | None = None) -> str:
     st = path.stat()
     key = str(path)
     cache = _load_digest_cache()
-    entry = cache.get(key)
-    if entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
-        return entry["sha256"]
+    if (cached := _cached_digest(cache.get(key), st)) is not None:
+        return cached
     value = sha256_uncached(path, progress)
     _remember_digest(path, st, value)
     return value

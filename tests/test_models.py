@@ -68,6 +68,30 @@ def test_the_digest_is_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
     assert sha256_file(f) == hashlib.sha256(b"b" * 1000).hexdigest()
 
 
+@pytest.mark.parametrize("cache", ["[1, 2]", '{"%(f)s": "not a record"}',
+                                   '{"%(f)s": {"size": 1000, "mtime_ns": %(mtime)d, "sha256": 7}}',
+                                   '{"%(f)s": {"size": 1000, "mtime_ns": %(mtime)d, "sha256": "../../etc"}}'])
+def test_a_digest_cache_of_the_wrong_shape_is_read_as_empty(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    f = tmp_path / "m.bin"
+    f.write_bytes(b"a" * 1000)
+    (tmp_path / "cache" / "effctx").mkdir(parents=True)
+    (tmp_path / "cache" / "effctx" / "digests.json").write_text(cache % {"f": f, "mtime": f.stat().st_mtime_ns})
+    assert sha256_file(f) == hashlib.sha256(b"a" * 1000).hexdigest()
+    assert sha256_file(f) == hashlib.sha256(b"a" * 1000).hexdigest()  # the cache was written anew
+
+
+def test_a_build_stamp_this_code_did_not_write_is_no_build(tmp_path, monkeypatch):
+    from effctx_core.backends import llama_cpp_build
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = llama_cpp_build.build_root()
+    root.mkdir(parents=True)
+    for stamp in ("[]", '{"binding_version": "0.3.36"}', '{"binding_version": "0.3.36", "commit": "x", "seconds": "slow"}'):
+        (root / "build.json").write_text(stamp)
+        assert llama_cpp_build.find_build() is None
+
+
 @pytest.mark.parametrize(
     "content, message",
     [

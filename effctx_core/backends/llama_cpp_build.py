@@ -95,10 +95,9 @@ def find_build() -> LlamaCppBuild | None:
     root = build_root()
     try:
         stamp = json.loads((root / _STAMP).read_text())
-    except (OSError, ValueError):
-        return None
-    build = LlamaCppBuild(root, stamp.get("binding_version", ""), stamp.get("commit", ""),
-                          float(stamp.get("seconds", 0.0)))
+        build = LlamaCppBuild(root, str(stamp["binding_version"]), str(stamp["commit"]), float(stamp["seconds"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # no stamp, or one this code did not write: not a finished build
     needed = (build.server_binary, build.rpc_library, build.ggml_library, build.bin_dir / "libllama.so")
     if build.binding_version != binding_version() or not all(p.exists() for p in needed):
         return None
