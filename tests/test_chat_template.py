@@ -17,8 +17,8 @@ import pytest
 from tiny_gguf import BOS_ID, EOS_ID, N_VOCAB, write_tiny_llama_gguf
 
 from effctx_core import transcript
-from effctx_core.contract import DecodeConfig, ModelFacts, TurnResult
-from effctx_core.engine import SessionEngine
+from effctx_core.contract import DecodeConfig, ModelFacts
+from effctx_core.engine import SessionEngine, TurnResult
 from effctx_core.profiles import Profile
 from effctx_core.transcript import PLAIN_TRANSCRIPT, TemplateFormat, chat_format_for, chat_format_report
 

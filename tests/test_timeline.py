@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from effctx_core.contract import PrefixCause, TurnResult, describe_prefix
-from effctx_core.events.timeline import (
+from effctx_core.contract import PrefixCause
+from effctx_core.engine import TurnResult
+from effctx_core.events.explain import (
     ALL_REUSED,
     CACHE_BEHIND,
     EDIT,
@@ -12,6 +13,9 @@ from effctx_core.events.timeline import (
     RESTORED,
     ROLLBACK_LIMIT,
     TAIL_DROPPED,
+    describe_prefix,
+)
+from effctx_core.events.timeline import (
     ChunkPoint,
     Divergence,
     Timeline,

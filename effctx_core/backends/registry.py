@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from effctx_core.errors import EffctxError
 
 if TYPE_CHECKING:
-    from effctx_core.contract import Backend, ContractVariant
+    from effctx_core.backends.conformance import ContractVariant
+    from effctx_core.contract import Backend
     from effctx_core.profiles import Profile
 
 
@@ -83,7 +84,7 @@ def quantized_kv_types(name: str) -> tuple[str, ...]:
 def contract_variants(name: str) -> dict[str, "ContractVariant"]:
     """The backend's ways of running a session that the conformance suite runs apart (the
     first is the backend's default)."""
-    from effctx_core.contract import ContractVariant
+    from effctx_core.backends.conformance import ContractVariant
 
     variants: dict[str, ContractVariant] = getattr(_settings(name), "CONTRACT_VARIANTS", {"": ContractVariant()})
     return variants

@@ -16,8 +16,8 @@ from typing import Callable
 from effctx_core.backends.registry import get_backend
 from effctx_core.bench.prompts import filler_text
 from effctx_core.cancel import CancelToken
-from effctx_core.contract import BaselineRun, DecodeConfig, TurnResult
-from effctx_core.engine import SessionEngine
+from effctx_core.contract import BaselineRun, DecodeConfig
+from effctx_core.engine import SessionEngine, TurnResult
 from effctx_core.errors import Cancelled
 from effctx_core.profiles import Profile
 

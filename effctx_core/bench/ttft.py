@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from effctx_core.bench.prompts import PASSKEY_QUESTION, passkey_prompt
-from effctx_core.contract import DecodeConfig, TurnResult
-from effctx_core.engine import SessionEngine
+from effctx_core.contract import DecodeConfig
+from effctx_core.engine import SessionEngine, TurnResult
 from effctx_core.profiles import Profile
 from effctx_core.snapshots import SnapshotStore
 

@@ -28,8 +28,8 @@ from typing import Callable, Sequence
 from effctx_core.backends.registry import get_backend
 from effctx_core.bench.workloads import Turn, Workload
 from effctx_core.cancel import CancelToken
-from effctx_core.contract import Baseline, BaselineRun, DecodeConfig, TurnResult
-from effctx_core.engine import SessionEngine
+from effctx_core.contract import Baseline, BaselineRun, DecodeConfig
+from effctx_core.engine import SessionEngine, TurnResult
 from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.profiles import Profile
 from effctx_core.residency.report import MODELED

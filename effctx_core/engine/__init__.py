@@ -10,6 +10,7 @@ from effctx_core.engine.records import (
     SwapResult,
 )
 from effctx_core.engine.session_engine import SessionEngine
+from effctx_core.events.trace import TurnResult
 
 __all__ = ["NodeRestore", "PrefillCancelled", "PrefixLoad", "ScoreResult", "SessionEngine", "SwapCancelled",
-           "SwapResult", "session_owner"]
+           "SwapResult", "TurnResult", "session_owner"]

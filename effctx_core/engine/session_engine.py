@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from effctx_core.contract import ContextReport, DecodeConfig, ModelInfo, Session, SessionSnapshot, TurnResult
+from effctx_core.contract import ContextReport, DecodeConfig, ModelInfo, Session, SessionSnapshot
 from effctx_core.engine.cancel_gate import CancelGate
 from effctx_core.engine.cell import RunningCell
 from effctx_core.engine.checkpoints import Checkpointer
@@ -29,10 +29,17 @@ from effctx_core.engine.state import EngineState
 from effctx_core.engine.swap import swap
 from effctx_core.engine.turns import TurnRunner
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
-from effctx_core.events.trace import ErrorRaised, ResidencyAction, SessionOpened, SnapshotRestored, SnapshotTaken
+from effctx_core.events.trace import (
+    ErrorRaised,
+    ResidencyAction,
+    SessionOpened,
+    SnapshotRestored,
+    SnapshotTaken,
+    TurnResult,
+)
 from effctx_core.profiles import DEFAULT_PROFILE, Profile
 from effctx_core.residency import BlockClass, ResidencyReport, Segment
-from effctx_core.residency.config import BUDGET_POLICIES
+from effctx_core.residency.planners import keeps_budget
 from effctx_core.residency.tracker import ResidencyTracker
 from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree import SnapshotTree
@@ -213,7 +220,7 @@ class SessionEngine:
         tokens, or `recompute_cold`, fill."""
         with self._lock:
             policy = self.residency.policy
-            if policy not in BUDGET_POLICIES:
+            if not keeps_budget(policy):
                 raise UnsupportedFeatureError(
                     f"the {policy} policy does not keep to a token budget; profiles with the budget policy do")
             if not 0 < tokens <= self.session.info.n_ctx:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from effctx_core.contract import DecodeConfig, PrefixStatus, TurnResult
+from effctx_core.contract import DecodeConfig, PrefixStatus
 from effctx_core.engine.checkpoints import Checkpointer
 from effctx_core.engine.prefill import make_room, prefill
 from effctx_core.engine.records import PrefillCancelled
 from effctx_core.engine.state import EngineState
 from effctx_core.errors import ContextOverflowError
-from effctx_core.events.trace import PrefixChecked, RuntimeCounted, TokenDecoded, TurnFinished, TurnStarted
+from effctx_core.events.explain import prefix_sentence
+from effctx_core.events.trace import PrefixChecked, RuntimeCounted, TokenDecoded, TurnFinished, TurnResult, TurnStarted
 from effctx_core.residency import ResidencyReport, Segment
 
 
@@ -67,7 +68,7 @@ class TurnRunner:
                 prefix = session.ensure_prefix(cached, state.progress(turn, 0))
                 state.bus.emit(
                     PrefixChecked, turn=turn, reused=prefix.reused, prefilled=prefix.prefilled,
-                    dropped=prefix.dropped, resident=prefix.resident, reason=prefix.reason, cause=prefix.cause.value,
+                    dropped=prefix.dropped, resident=prefix.resident, reason=prefix_sentence(prefix), cause=prefix.cause.value,
                     diverged_at=prefix.diverged_at, rollback_floor=prefix.rollback_floor,
                 )
                 suffix_prefilled = prefill(state, new, kind, turn, prefix.resident)
@@ -183,7 +184,7 @@ class TurnRunner:
             generated=len(reply.tokens),
             dropped=prefix.dropped,
             evicted=_gone(self._state.tracker.report()) - gone_before,
-            prefix_reason=prefix.reason,
+            prefix_reason=prefix_sentence(prefix),
             ttft_ms=((reply.t_first or t_end) - t_start) / 1e6,
             prefill_ms=prefill_ms,
             decode_ms=decode_ms,

@@ -11,9 +11,9 @@ import re
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
-from effctx_core.contract import PrefixCause, RuntimeCounts, TurnResult
+from effctx_core.contract import PrefixCause, RuntimeCounts
 from effctx_core.errors import EffctxError
-from effctx_core.events.trace import Event, PrefixChecked, RuntimeCounted, TurnFinished
+from effctx_core.events.trace import Event, PrefixChecked, RuntimeCounted, TurnFinished, TurnResult
 from effctx_core.user_files import UserFileError, read_input_bytes
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}

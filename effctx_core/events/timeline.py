@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from effctx_core.contract import PrefixCause
+from effctx_core.events.explain import turn_cause
 from effctx_core.events.trace import (
     Event,
     NodeRestored,
@@ -29,17 +29,6 @@ from effctx_core.events.trace import (
     TurnFinished,
     TurnStarted,
 )
-
-# Why a turn computed what it computed; the first that applies wins (see `_cause`).
-ROLLBACK_LIMIT = "rollback limit"
-NEW_CONVERSATION = "new conversation"
-EDIT = "edit inside the earlier turns"
-TAIL_DROPPED = "cache tail dropped"
-RESTORED = "restored another node"
-PREFIX_CACHE = "prefix cache"  # shown as "prefix cache hit", "… miss" or "… off"
-CACHE_BEHIND = "cache behind the tape"
-FIRST_TURN = "empty cache"
-ALL_REUSED = "everything reused"
 
 CONTEXT_TOKENS = 8  # tokens of text shown on each side of a divergence
 
@@ -253,7 +242,7 @@ class Timeline:
         record = self.turns.get(turn)
         if record is None or record.check is None:
             return None
-        cause, detail = _cause(record)
+        cause, detail = turn_cause(record)
         return Explanation(
             turn=turn, cause=cause, reused=record.reused, computed=record.computed,
             recomputed=record.check.prefilled, dropped=record.dropped, evicted=record.evicted,
@@ -274,57 +263,3 @@ class Timeline:
             old=self._detokenize(record.tape_before[at : at + CONTEXT_TOKENS]),
             new=self._detokenize(after[at : at + CONTEXT_TOKENS]),
         )
-
-
-def _cause(r: TurnRecord) -> tuple[str, str]:
-    """The reason a turn computed what it did, and one sentence with the numbers.
-
-    What happened to the cache in this turn's ensure_prefix comes first; what happened
-    between turns (a restore, a prefix cache load) explains a turn that reused everything."""
-    check = r.check
-    assert check is not None
-    new = r.computed - check.prefilled  # the input; `computed` includes the re-prefilled tape
-    tail = f"{r.reused:,} reused, {r.computed:,} computed"
-    at = r.diverged_at if r.diverged_at is not None else check.reused
-    if check.cause == PrefixCause.ROLLBACK_LIMIT.value:
-        floor = check.rollback_floor
-        earliest = f" (the earliest cut is token {floor:,})" if floor is not None else ""
-        return ROLLBACK_LIMIT, (
-            f"diverged at token {at:,}, before the cache can be cut back{earliest}: "
-            f"{check.dropped:,} dropped and the whole tape re-prefilled; {tail}"
-        )
-    if check.dropped and r.prefix_tokens == 0:
-        return NEW_CONVERSATION, f"the {check.dropped:,} resident tokens were dropped; {r.computed:,} computed"
-    if check.dropped and check.reused < r.prefix_tokens:
-        return EDIT, (
-            f"the prompt diverged from the resident tape at token {at:,}: {check.dropped:,} dropped, "
-            f"{check.prefilled:,} earlier tokens re-prefilled and {new:,} new computed; {r.reused:,} reused"
-        )
-    if check.dropped:
-        return TAIL_DROPPED, (
-            f"the cache held {check.dropped:,} tokens past the tape (a stop text or the end of a stopped reply), "
-            f"dropped; {tail}"
-        )
-    if r.restore is not None:
-        x = r.restore
-        return RESTORED, (
-            f"node {x.node} was restored before this turn ({x.mode}, {x.recomputed:,} of {x.tokens:,} tokens "
-            f"recomputed in {x.ms:,.1f} ms: {x.reason}); then {tail}"
-        )
-    if check.prefilled:
-        return CACHE_BEHIND, (
-            f"the cache held {check.reused:,} of the {r.prefix_tokens:,} tape tokens: {check.prefilled:,} re-prefilled "
-            f"and {new:,} new computed"
-        )
-    if r.cache_lookup is not None:
-        c = r.cache_lookup
-        how = {"hit": "restored from the prefix cache", "miss": "prefilled and stored", "off": "prefilled, no cache",
-               "recompute": "prefilled: a restore costs more than a prefill on this cell"}
-        note = f" ({c.message})" if c.message else ""
-        return f"{PREFIX_CACHE} {c.result}", (
-            f"the stable prefix of {c.tokens:,} tokens was {how.get(c.result, c.result)} in {c.ms:,.1f} ms{note}; "
-            f"then {tail}"
-        )
-    if r.prefix_tokens == 0:
-        return FIRST_TURN, f"nothing was resident: all {r.computed:,} tokens computed"
-    return ALL_REUSED, f"all {r.reused:,} resident tokens reused; only the {new:,} new tokens computed"

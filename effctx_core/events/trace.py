@@ -9,10 +9,35 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar, TextIO
 
-from effctx_core.contract import RuntimeCounts, TurnResult
+from effctx_core.contract import RuntimeCounts
 from effctx_core.errors import EffctxError
 from effctx_core.temp_files import create_temp_file, sweep_dead_temps
 from effctx_core.user_files import UserFileError, check_output_file, open_input, os_reason
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What one engine turn did, as the engine reports it and its turn_finished event
+    carries it (so it lives with the events: the engine imports it from here)."""
+
+    text: str
+    stop_reason: str
+    reused: int
+    prefilled: int
+    generated: int
+    dropped: int
+    evicted: int  # tokens the residency policy took out of the cache during the turn
+    prefix_reason: str
+    ttft_ms: float
+    prefill_ms: float
+    decode_ms: float
+    prefill_tps: float
+    decode_tps: float
+    resident: int
+    available: int
+    n_ctx: int
+    # The PrefixCause value of the turn's prefix check ("" in traces written before it).
+    prefix_cause: str = ""
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
 from effctx_core.backends.registry import get_backend
 from effctx_core.certify.matrix import cell_matrix
-from effctx_core.contract import DecodeConfig, TurnResult
-from effctx_core.engine import NodeRestore
+from effctx_core.contract import DecodeConfig
+from effctx_core.engine import NodeRestore, TurnResult
 from effctx_core.errors import EffctxError
 from effctx_core.events.trace import (
     CellSwapped,
@@ -32,7 +32,7 @@ from effctx_core.events.trace import (
     TurnStarted,
 )
 from effctx_core.residency import OBSERVED
-from effctx_core.residency.config import BUDGET_POLICIES
+from effctx_core.residency.planners import keeps_budget
 from effctx_core.snapshots.tree import SnapshotTree
 from effctx_tui.messages import EngineEvent, EngineFailed, EngineReady, TurnDone
 from effctx_tui.screens.benchmark import BenchmarkScreen
@@ -243,7 +243,7 @@ class SessionScreen(Screen):
         self.app.push_screen(self._residency_screen)
 
     def _budget_steering(self, engine, policy: str) -> BudgetSteering | None:
-        if self._player is not None or policy not in BUDGET_POLICIES:
+        if self._player is not None or not keeps_budget(policy):
             return None
         n_ctx, block = engine.info.n_ctx, engine.profile.residency.block_size
         return BudgetSteering(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.content import Content
 from textual.widgets import Static
 
-from effctx_core.contract import TurnResult
+from effctx_core.engine import TurnResult
 from effctx_tui.themes import MUTED
 
 

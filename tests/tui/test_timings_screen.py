@@ -18,8 +18,9 @@ from rich.console import Console
 from textual.app import App
 from textual.widgets import Static
 
-from effctx_core.contract import TurnResult
-from effctx_core.events.timeline import ALL_REUSED, Timeline
+from effctx_core.engine import TurnResult
+from effctx_core.events.explain import ALL_REUSED
+from effctx_core.events.timeline import Timeline
 from effctx_core.events.trace import PrefillChunk, PrefixChecked, TokenDecoded, TurnFinished, TurnStarted
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.timings import TimingsScreen

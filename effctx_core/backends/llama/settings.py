@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from effctx_core.backends.conformance import ContractVariant
 from effctx_core.backends.llama.rpc_endpoints import parse_endpoint
-from effctx_core.contract import ContractVariant
 from effctx_core.identity import Setting
 
 if TYPE_CHECKING:

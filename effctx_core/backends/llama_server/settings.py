@@ -8,12 +8,12 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from effctx_core.backends.conformance import ContractVariant
 from effctx_core.backends.llama.rpc_endpoints import is_loopback
 from effctx_core.backends.llama.settings import QUANTIZED_TYPES as LLAMA_QUANTIZED_TYPES
 from effctx_core.backends.llama.settings import kv_settings as llama_kv_settings
 from effctx_core.backends.llama.settings import kv_type_problems
 from effctx_core.backends.table import table_problems
-from effctx_core.contract import ContractVariant
 from effctx_core.identity import Setting
 
 if TYPE_CHECKING:

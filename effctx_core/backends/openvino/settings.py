@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from effctx_core.backends.conformance import ContractVariant
 from effctx_core.backends.table import table_problems
-from effctx_core.contract import ContractVariant
 from effctx_core.identity import Setting
 
 if TYPE_CHECKING:

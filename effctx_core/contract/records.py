@@ -1,26 +1,17 @@
-"""The backend-neutral session contract: protocols and the records they pass; the errors are in errors.py.
-
-Every backend implements `Backend` and `Session`; the engine, the CLI and the console
-only ever see these types.
-"""
+"""The records the session contract passes: what a model and a session are and can do,
+what each call reports, and the settings of a decode. Sentences about them are made in
+events/explain.py, never here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, ContextManager, Generator, Protocol, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from effctx_core.identity import RuntimeIdentity
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from effctx_core.profiles import Profile
-    from effctx_core.residency.blocks import BlockTable
-
-
-# --------------------------------------------------------------------------- records
 
 
 @dataclass(frozen=True)
@@ -85,15 +76,9 @@ class Capabilities:
 
     def to_dict(self) -> dict:
         out: dict = {name: cap.supported for name, cap in self.flags().items()}
-        # The names the JSON had before the flags were neutral, kept for scripts that read them.
-        out["quantized_v_cache"] = self.quantized_v.supported
-        out["exact_snapshot_replay"] = self.exact_snapshot.supported
         out["rollback_floor"] = self.rollback_floor
         out["safe_rollback"] = self.safe_rollback
-        reasons = {name: cap.reason for name, cap in self.flags().items()}
-        reasons["quantized_v_cache"] = self.quantized_v.reason
-        reasons["exact_snapshot_replay"] = self.exact_snapshot.reason
-        out["reasons"] = {**reasons, **self.notes}
+        out["reasons"] = {**{name: cap.reason for name, cap in self.flags().items()}, **self.notes}
         return out
 
 
@@ -234,25 +219,6 @@ class PrefixStatus:
     # The shortest prefix the cache could be cut back to (ROLLBACK_LIMIT).
     rollback_floor: int | None = None
 
-    @property
-    def reason(self) -> str:
-        return describe_prefix(self.cause, self.diverged_at, self.rollback_floor)
-
-
-def describe_prefix(cause: PrefixCause, diverged_at: int | None, rollback_floor: int | None) -> str:
-    """The one sentence for a prefix check; every view renders it from here."""
-    if cause is PrefixCause.DIVERGED:
-        return f"diverges from the resident tape at token {diverged_at}"
-    if cause is PrefixCause.ROLLBACK_LIMIT:
-        return (f"rollback limit: the cache can be cut back to {rollback_floor} tokens at the earliest, "
-                f"the prefix diverges at {diverged_at}; re-prefilled from the start")
-    return {
-        PrefixCause.EMPTY: "empty cache",
-        PrefixCause.IDENTICAL: "identical to the resident tape",
-        PrefixCause.EXTENDS: "extends the resident tape",
-        PrefixCause.RESTORED: "restored by the backend from a state it kept",
-    }[cause]
-
 
 @dataclass(frozen=True)
 class SuffixStatus:
@@ -354,28 +320,6 @@ class SessionSnapshot:
 
 
 @dataclass(frozen=True)
-class TurnResult:
-    text: str
-    stop_reason: str
-    reused: int
-    prefilled: int
-    generated: int
-    dropped: int
-    evicted: int  # tokens the residency policy took out of the cache during the turn
-    prefix_reason: str
-    ttft_ms: float
-    prefill_ms: float
-    decode_ms: float
-    prefill_tps: float
-    decode_tps: float
-    resident: int
-    available: int
-    n_ctx: int
-    # The PrefixCause value of the turn's prefix check ("" in traces written before it).
-    prefix_cause: str = ""
-
-
-@dataclass(frozen=True)
 class RuntimeEviction:
     """A runtime that evicts cache blocks by itself and says only how it is configured:
     it keeps the first `start_tokens` and the last `recent_tokens` within `max_tokens`,
@@ -398,122 +342,6 @@ class PrefillProgress:
     chunk_tokens: int
     ms: float
 
-
-# --------------------------------------------------------------------------- protocols
-
-
-# Called after each prefill chunk; it may raise to stop the prefill there.
-ProgressSink = Callable[[PrefillProgress], None]
-
-
-class Session(Protocol):
-    @property
-    def info(self) -> ModelInfo: ...
-
-    @property
-    def tokens(self) -> tuple[int, ...]:
-        """The tape: resident tokens followed by pending ones (sampled, not yet evaluated)."""
-        ...
-
-    def tokenize(self, text: str, add_bos: bool, special: bool = False) -> list[int]:
-        """Token ids of `text`; `special`: control-token text (a chat template's turn
-        markers) becomes those tokens instead of plain text."""
-        ...
-
-    def detokenize(self, tokens: Sequence[int]) -> str: ...
-
-    def ensure_prefix(self, prefix: Sequence[int], progress: ProgressSink | None = None) -> PrefixStatus: ...
-
-    def prefill_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> SuffixStatus: ...
-
-    def score_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> ScoredSuffix:
-        """prefill_suffix (the same tape, counters, progress and cancel point), also
-        returning each suffix token's log-probability. Raises UnsupportedFeatureError,
-        the session unchanged, unless the capabilities claim token_scores."""
-        ...
-
-    def decode(self, config: DecodeConfig) -> Generator[TokenChunk, None, None]:
-        """Stream tokens; closing the generator early leaves the last token handed out
-        pending (on the tape, evaluated by the next prefill)."""
-        ...
-
-    def snapshot(self) -> SessionSnapshot: ...
-
-    def restore(self, snapshot: SessionSnapshot) -> None: ...
-
-    def explain(self) -> ContextReport: ...
-
-    def close(self) -> None: ...
-
-
-class Backend(Protocol):
-    name: str
-
-    def version(self) -> str: ...
-
-    def check_model(self, path: Path) -> None:
-        """Raise ModelFileError (one line) unless `path` holds a model in a format this
-        backend reads; called before anything is loaded."""
-        ...
-
-    def unavailable(self, profile: Profile) -> str | None:
-        """Why `profile` cannot run on this machine at all (a build or a binary it needs is
-        not there), or None; open and describe then raise BackendUnavailableError."""
-        ...
-
-    def pending_preparation(self, model_path: Path, profile: Profile) -> str | None:
-        """What the first open of `profile` must do before it can run and what it costs,
-        as a phrase ("converts the GGUF to ... (about 25 s)"), or None when nothing is left."""
-        ...
-
-    def prepare(self, model_path: Path, profile: Profile, progress: Callable[[str, int, int], None] | None = None) -> None:
-        """Do that preparation now, reporting progress; a no-op when nothing is left."""
-        ...
-
-    def describe(self, model_path: Path, profile: Profile) -> ModelInfo:
-        """What a session of `profile` would be, without preparing or opening one."""
-        ...
-
-    def open(self, model_path: Path, profile: Profile) -> Session: ...
-
-    def runtime_eviction(self, profile: Profile) -> RuntimeEviction | None:
-        """How the runtime evicts by itself under this profile, or None when it keeps
-        everything it is given: the residency map is then modeled from it."""
-        ...
-
-    def check_policy(self, info: ModelInfo, policy: str) -> None:
-        """Raise UnsupportedFeatureError if this backend's executor cannot carry out the
-        residency policy on a session described by `info`."""
-        ...
-
-    def residency_executor(self, session: Session) -> "ResidencyExecutor": ...
-
-    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
-        """The KV layout of this context and what `memory_bytes` of cache buys per K/V
-        type pair, as JSON-ready data with `layer_profile` and `capacity` keys, and `text`:
-        the lines `effctx info` prints of it. Each of `capacity["rows"]` names its
-        `kv_cache_type_k` / `kv_cache_type_v` and the `tokens` that memory holds (None
-        where the backend does not model that pair)."""
-        ...
-
-    def baseline(self, model_path: Path, profile: Profile) -> "Baseline":
-        """The plain loop over the runtime's own API that the benchmark holds the engine
-        against: the same settings, none of the engine's bookkeeping."""
-        ...
-
-
-@dataclass(frozen=True)
-class ContractVariant:
-    """One way of running a backend's sessions that the conformance suite runs apart."""
-
-    options: tuple[tuple[str, object], ...] = ()  # the backend's own profile table
-    # What the variant needs running while its tests run (workers, a server), given the
-    # model and the cell's profile: a context manager that starts it, yields the profile
-    # changes that point at it ("options": pairs merged into the backend's table), and
-    # stops it. It raises BackendUnavailableError when this machine cannot run it.
-    services: Callable[[Path, Profile], ContextManager[dict[str, object]]] | None = None
-
-
 @dataclass(frozen=True)
 class RangeAction:
     """One range an executor took out of the cache: its tape range, where it sat in the
@@ -527,47 +355,3 @@ class RangeAction:
     shifted_from: int  # first cache position moved down by the removal
     shift: int  # how far (negative; 0 when nothing moved)
     ms: float
-
-
-class ResidencyExecutor(Protocol):
-    """Carries out residency plans on one session with the backend's own primitives."""
-
-    def apply(self, current: BlockTable, planned: BlockTable, demoted: np.ndarray) -> list[RangeAction]:
-        """Take the `demoted` blocks (resident in `current`, not in `planned`) out of the
-        cache; the actions say what was done, in the order it was done."""
-        ...
-
-
-@dataclass(frozen=True)
-class BaselineRun:
-    """One run of a backend's plain loop: prefill a prompt, decode greedily."""
-
-    prefill_tokens: int
-    prefill_ms: float
-    decode_tokens: int
-    decode_ms: float
-    tokens: tuple[int, ...]  # the decoded ids, to check the engine decoded the same
-
-
-class Baseline(Protocol):
-    """A backend's raw loop and what a user would run instead of effctx, on one loaded model."""
-
-    name: str  # what the raw loop is, e.g. "llama_decode loop"
-    library_name: str  # the library's own high-level API, e.g. "Llama.create_completion"
-
-    def raw(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun: ...
-
-    def library(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun: ...
-
-    def control(self, prompt: Sequence[int], decode_tokens: int, stop: tuple[str, ...]) -> BaselineRun:
-        """One turn of a conversation the way a user would run it without effctx: the
-        library's own call, keeping whatever the library itself reuses from its previous
-        call (llama-cpp-python: the longest common prefix; openvino-genai: its prefix
-        cache). Greedy, streamed, stopping at `stop` and at end-of-generation tokens."""
-        ...
-
-    def forget(self) -> None:
-        """Drop everything `control` kept, as a new process of the user's program would."""
-        ...
-
-    def close(self) -> None: ...
