@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import headless_chromium
@@ -107,85 +108,79 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.slow
-async def test_a_browser_shows_the_served_console(default_model, tmp_path):
+@asynccontextmanager
+async def _served_page(tmp_path: Path, *serve_args: str):
+    """`effctx serve` on a free port and a headless browser page showing its console:
+    (server, page, port), once the console's first bytes have arrived. The server is
+    stopped (SIGTERM) on the way out if the test left it running."""
     if not headless_chromium.available():
         pytest.skip(f"{headless_chromium.CHROMIUM} is missing (.ci/run installs it)")
     port = _free_port()
-    log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "effctx_tui.main", "serve", "--port", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
-    consoles: set[int] = set()
-    try:
-        _wait_for_port(port, server, timeout=60)
-        async with headless_chromium.open_page(tmp_path / "chromium") as page:
-            await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
-            # textual-serve marks the body once the console's first bytes arrive.
-            await page.wait_for("document.body.classList.contains('-first-byte')", timeout=60)
-            terminal = "window.__terminalText.replace(/\\x1b(\\[[0-9;?$]*[A-Za-z]|\\][^\\x07]*\\x07)/g, '')"
-            # The title is drawn at once; the model's name only once the engine is open.
-            await page.wait_for(f"{terminal}.includes('effctx') && {terminal}.includes('Gemma 3')", timeout=90)
-            # Keys typed in the browser reach the console's prompt and come back drawn.
-            await page.evaluate("document.querySelector('.xterm-helper-textarea').focus()")
-            await page.call("Input.insertText", text="hello from chromium")
-            await page.wait_for(f"{terminal}.includes('hello from chromium')", timeout=30)
-            await asyncio.sleep(0.5)  # xterm.js paints on the next animation frame
-            colours = await page.screenshot(tmp_path / "console.png")
-            # The intro card is hidden once bytes arrive, so what is drawn is the
-            # console: its canvas text gives many colours (anti-aliasing), a blank
-            # or failed terminal one or two.
-            assert colours > 20, f"the screenshot looks blank ({colours} colours): {tmp_path / 'console.png'}"
-            assert not await page.evaluate("document.body.classList.contains('-closed')")
-            consoles = _descendants(server.pid)
-            assert consoles, "no console process was started"
-    finally:
-        server.send_signal(signal.SIGTERM)
+    with (tmp_path / "serve.log").open("w") as log:
+        server = subprocess.Popen([sys.executable, "-m", "effctx_tui.main", "serve", "--port", str(port), *serve_args],
+                                  stdout=log, stderr=subprocess.STDOUT)
         try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+            _wait_for_port(port, server, timeout=60)
+            async with headless_chromium.open_page(tmp_path / "chromium") as page:
+                await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
+                # textual-serve marks the body once the console's first bytes arrive.
+                await page.wait_for("document.body.classList.contains('-first-byte')", timeout=60)
+                yield server, page, port
+        finally:
+            if server.poll() is None:
+                server.send_signal(signal.SIGTERM)
+                try:
+                    server.wait(20)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+                    server.wait()
+
+
+async def _outliving(consoles: set[int], seconds: float) -> list[int]:
+    """The consoles still running after `seconds`; each is then ended (they are ours:
+    started by the server the test started)."""
+    deadline = time.monotonic() + seconds
+    while any(map(_running, consoles)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    left = [pid for pid in consoles if _running(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+@pytest.mark.slow
+async def test_a_browser_shows_the_served_console(default_model, tmp_path):
+    async with _served_page(tmp_path) as (server, page, port):
+        terminal = "window.__terminalText.replace(/\\x1b(\\[[0-9;?$]*[A-Za-z]|\\][^\\x07]*\\x07)/g, '')"
+        # The title is drawn at once; the model's name only once the engine is open.
+        await page.wait_for(f"{terminal}.includes('effctx') && {terminal}.includes('Gemma 3')", timeout=90)
+        # Keys typed in the browser reach the console's prompt and come back drawn.
+        await page.evaluate("document.querySelector('.xterm-helper-textarea').focus()")
+        await page.call("Input.insertText", text="hello from chromium")
+        await page.wait_for(f"{terminal}.includes('hello from chromium')", timeout=30)
+        await asyncio.sleep(0.5)  # xterm.js paints on the next animation frame
+        colours = await page.screenshot(tmp_path / "console.png")
+        # The intro card is hidden once bytes arrive, so what is drawn is the
+        # console: its canvas text gives many colours (anti-aliasing), a blank
+        # or failed terminal one or two.
+        assert colours > 20, f"the screenshot looks blank ({colours} colours): {tmp_path / 'console.png'}"
+        assert not await page.evaluate("document.body.classList.contains('-closed')")
+        consoles = _descendants(server.pid)
+        assert consoles, "no console process was started"
     output = (tmp_path / "serve.log").read_text()
     assert f"http://127.0.0.1:{port}" in output
-    deadline = time.monotonic() + 10
-    while any(map(_running, consoles)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = [pid for pid in consoles if _running(pid)]
-    for pid in left:  # ours: started by the server this test started
-        os.kill(pid, signal.SIGKILL)
+    left = await _outliving(consoles, 10)
     assert not left, f"console processes outlived the server: {left}"
     assert server.returncode == 0, output
 
 
 async def test_the_consoles_end_when_the_server_is_killed(tmp_path):
-    if not headless_chromium.available():
-        pytest.skip(f"{headless_chromium.CHROMIUM} is missing (.ci/run installs it)")
-    port = _free_port()
-    log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "effctx_tui.main", "serve", "--demo", "chat", "--port", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
-    consoles: set[int] = set()
-    try:
-        _wait_for_port(port, server, timeout=60)
-        async with headless_chromium.open_page(tmp_path / "chromium") as page:
-            await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
-            await page.wait_for("document.body.classList.contains('-first-byte')", timeout=60)
-            consoles = _descendants(server.pid)
-            assert consoles, "no console process was started"
-            server.kill()  # SIGKILL: the server stops nothing itself
-            server.wait()
-            deadline = time.monotonic() + 15
-            while any(map(_running, consoles)) and time.monotonic() < deadline:
-                await asyncio.sleep(0.2)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-        log.close()
-        left = [pid for pid in consoles if _running(pid)]
-        for pid in left:  # ours: started by the server this test started
-            os.kill(pid, signal.SIGKILL)
+    async with _served_page(tmp_path, "--demo", "chat") as (server, page, port):
+        consoles = _descendants(server.pid)
+        assert consoles, "no console process was started"
+        server.kill()  # SIGKILL: the server stops nothing itself
+        server.wait()
+        left = await _outliving(consoles, 15)
     assert not left, f"console processes outlived the killed server: {left}"
 
 
