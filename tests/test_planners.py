@@ -7,15 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effctx_core.errors import UnsupportedFeatureError
+from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.residency import BlockClass, BlockFlag, BlockTable, Reason, ResidencyReport, Segment
 from effctx_core.residency.config import ResidencyConfig
 from effctx_core.residency.planners import (
+    POLICIES,
     BudgetPlanner,
     NonePlanner,
     PlannerCaps,
     ScoredPlanner,
     StreamingPlanner,
+    keeps_budget,
     planner_for,
 )
 
@@ -122,6 +124,20 @@ def test_the_profile_picks_the_planner():
     assert planner_for(streaming, NO_SCORES).name == "streaming"
     assert planner_for(ResidencyConfig(policy="budget"), NO_SCORES).name == "budget"
     assert planner_for(ResidencyConfig(policy="scored"), SCORES).name == "scored"
+
+
+def test_each_policy_declares_its_parameters_needs_and_effects():
+    assert list(POLICIES) == ["none", "streaming", "budget", "scored"]
+    assert all(cls.name == name for name, cls in POLICIES.items())
+    assert [n for n, c in POLICIES.items() if c.evicts] == ["streaming", "budget", "scored"]
+    assert [n for n, c in POLICIES.items() if c.keeps_budget] == ["budget", "scored"]
+    assert keeps_budget("budget") and not keeps_budget("streaming") and not keeps_budget("openvino-genai eviction")
+    assert {n: dict(c.needs) for n, c in POLICIES.items() if c.needs} == {"scored": {"attention_scores": "attention scores"}}
+    planner = planner_for(ResidencyConfig(policy="budget", sink_tokens=64, recent_tokens=128), NO_SCORES)
+    assert (planner.sink_tokens, planner.recent_tokens) == (64, 128)
+    with pytest.raises(EffctxError, match="not a multiple of block_size"):
+        ResidencyConfig(policy="streaming", sink_tokens=5, block_size=4).validate("here")
+    ResidencyConfig(policy="none", sink_tokens=5, block_size=4).validate("here")  # none takes no windows
 
 
 @st.composite

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from effctx_core.errors import EffctxError
+from effctx_core.residency.planners import POLICIES, policy_class
 
-POLICIES = ("none", "streaming", "budget", "scored")
-# The policies whose plans keep to the budget (streaming keeps its windows whatever it is).
-BUDGET_POLICIES = ("budget", "scored")
 BACKENDS = ("llama",)
 
 @dataclass(frozen=True)
@@ -31,7 +29,8 @@ class ResidencyConfig:
     @property
     def evicts(self) -> bool:
         """Whether the policy takes tokens out of the cache (every policy but none)."""
-        return self.policy != "none"
+        cls = POLICIES.get(self.policy)
+        return cls is None or cls.evicts  # a name no policy has is refused by validate
 
     def validate(self, where: str) -> None:
         if self.policy not in POLICIES:
@@ -43,15 +42,4 @@ class ResidencyConfig:
             raise EffctxError(f"{where}: residency.block_size must be at least 1")
         if self.slide_tokens < 1:
             raise EffctxError(f"{where}: residency.slide_tokens must be at least 1")
-        if not self.evicts:
-            return
-        for name in ("sink_tokens", "recent_tokens"):
-            if getattr(self, name) % self.block_size:
-                raise EffctxError(
-                    f"{where}: residency.{name} {getattr(self, name)} is not a multiple of block_size {self.block_size}"
-                )
-        if self.budget and self.sink_tokens + self.recent_tokens > self.budget:
-            raise EffctxError(
-                f"{where}: sink_tokens {self.sink_tokens} + recent_tokens {self.recent_tokens} "
-                f"is above the budget {self.budget}"
-            )
+        policy_class(self.policy).check_config(self, where)

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from effctx_core.contract import Capabilities
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
-from effctx_core.residency.config import ResidencyConfig
 from effctx_core.residency.planners.base import Planner, PlannerCaps
 from effctx_core.residency.planners.budget import BudgetPlanner
 from effctx_core.residency.planners.none import NonePlanner
 from effctx_core.residency.planners.scored import ScoredPlanner
 from effctx_core.residency.planners.streaming import StreamingPlanner
+
+if TYPE_CHECKING:
+    from effctx_core.residency.config import ResidencyConfig
+
+# Every policy a profile can name, by name (in the order error messages list them).
+POLICIES: dict[str, type[Planner]] = {cls.name: cls for cls in (NonePlanner, StreamingPlanner, BudgetPlanner, ScoredPlanner)}
+
+
+def policy_class(policy: str) -> type[Planner]:
+    try:
+        return POLICIES[policy]
+    except KeyError:
+        raise EffctxError(f"unknown residency policy {policy!r} (known: {', '.join(POLICIES)})") from None
+
+
+def keeps_budget(policy: str) -> bool:
+    """Whether the named policy's plans keep to a token budget (False for a name that is
+    no policy of effctx's, such as a runtime's own eviction)."""
+    cls = POLICIES.get(policy)
+    return cls is not None and cls.keeps_budget
 
 
 def planner_caps(capabilities: Capabilities) -> PlannerCaps:
@@ -18,25 +39,21 @@ def planner_caps(capabilities: Capabilities) -> PlannerCaps:
 
 
 def check_planner(policy: str, caps: PlannerCaps) -> None:
-    """The policies that need something from the backend, and what: a scored policy ranks
-    by attention scores, so it is refused where the backend supplies none, never faked."""
-    if policy == "scored" and not caps.attention_scores:
+    """Refuse a policy whose declared needs the backend does not meet: a scored policy
+    ranks by attention scores, so it is refused where the backend supplies none, never faked."""
+    missing = policy_class(policy).check_caps(caps)
+    if missing:
         raise UnsupportedFeatureError(
-            "the scored policy needs attention scores, and this backend does not supply them"
+            f"the {policy} policy needs {' and '.join(missing)}, and this backend does not supply them"
         )
 
 
 def planner_for(config: ResidencyConfig, caps: PlannerCaps) -> Planner:
     check_planner(config.policy, caps)
-    if config.policy == "none":
-        return NonePlanner()
-    if config.policy == "streaming":
-        return StreamingPlanner(config.sink_tokens, config.recent_tokens)
-    if config.policy == "budget":
-        return BudgetPlanner(config.sink_tokens, config.recent_tokens)
-    if config.policy == "scored":
-        return ScoredPlanner(config.sink_tokens, config.recent_tokens)
-    raise EffctxError(f"unknown residency policy {config.policy!r}")
+    return policy_class(config.policy).from_config(config)
 
 
-__all__ = ["Planner", "PlannerCaps", "check_planner", "planner_caps", "planner_for", "NonePlanner", "StreamingPlanner", "BudgetPlanner", "ScoredPlanner"]
+__all__ = [
+    "POLICIES", "Planner", "PlannerCaps", "check_planner", "keeps_budget", "planner_caps", "planner_for",
+    "policy_class", "NonePlanner", "StreamingPlanner", "BudgetPlanner", "ScoredPlanner",
+]

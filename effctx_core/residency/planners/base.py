@@ -1,17 +1,25 @@
-"""What every planner shares: the protocol, capabilities, and marking the protected windows.
+"""What every planner shares: the base class, capabilities, and marking the protected windows.
 
 A planner is pure policy: (blocks, budget, capabilities) -> a new table whose classes and
-reasons are the plan. It never touches a backend; an executor applies the plan.
+reasons are the plan. It never touches a backend; an executor applies the plan. Each
+policy class declares its name, the profile parameters it takes, what it needs from the
+backend, and what its plans do (evict, keep to the budget); the registry in this package
+maps names to classes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from effctx_core.errors import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockFlag, BlockTable, Reason
+
+if TYPE_CHECKING:
+    from effctx_core.residency.config import ResidencyConfig
 
 
 @dataclass(frozen=True)
@@ -21,20 +29,57 @@ class PlannerCaps:
     attention_scores: bool = False
 
 
-class Planner(Protocol):
-    name: str
+class Planner:
+    """A residency policy: one subclass a module, registered by its name."""
 
-    def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable: ...
+    name: ClassVar[str]
+    # The [residency] fields of a profile the policy takes, as keyword arguments.
+    params: ClassVar[tuple[str, ...]] = ()
+    # What the policy needs from the backend: a PlannerCaps field -> what it is, in words.
+    needs: ClassVar[Mapping[str, str]] = {}
+    # Whether its plans take tokens out of the cache.
+    evicts: ClassVar[bool] = True
+    # Whether its plans keep the tape to the token budget (so the budget can be steered).
+    keeps_budget: ClassVar[bool] = False
+
+    @classmethod
+    def from_config(cls, config: ResidencyConfig) -> Planner:
+        return cls(**{name: getattr(config, name) for name in cls.params})
+
+    @classmethod
+    def check_config(cls, config: ResidencyConfig, where: str) -> None:
+        """Raise EffctxError if the profile's parameters do not suit this policy."""
+
+    @classmethod
+    def check_caps(cls, caps: PlannerCaps) -> list[str]:
+        """What the policy needs and the backend does not supply, in words."""
+        return [what for field, what in cls.needs.items() if not getattr(caps, field)]
+
+    def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable:
+        raise NotImplementedError
 
 
-class WindowedPlanner:
+class WindowedPlanner(Planner):
     """A policy that protects attention-sink tokens and a recent window."""
 
-    name = "windowed"
+    params = ("sink_tokens", "recent_tokens")
 
     def __init__(self, sink_tokens: int, recent_tokens: int):
         self.sink_tokens = sink_tokens
         self.recent_tokens = recent_tokens
+
+    @classmethod
+    def check_config(cls, config: ResidencyConfig, where: str) -> None:
+        for name in ("sink_tokens", "recent_tokens"):
+            if getattr(config, name) % config.block_size:
+                raise EffctxError(
+                    f"{where}: residency.{name} {getattr(config, name)} is not a multiple of block_size {config.block_size}"
+                )
+        if config.budget and config.sink_tokens + config.recent_tokens > config.budget:
+            raise EffctxError(
+                f"{where}: sink_tokens {config.sink_tokens} + recent_tokens {config.recent_tokens} "
+                f"is above the budget {config.budget}"
+            )
 
 
 def mark_windows(table: BlockTable, sink_tokens: int, recent_tokens: int) -> tuple[BlockTable, np.ndarray]:

@@ -30,6 +30,7 @@ for rank, seg in enumerate((Segment.OTHER, Segment.TOOL, Segment.ASSISTANT, Segm
 
 class BudgetPlanner(WindowedPlanner):
     name = "budget"
+    keeps_budget = True
 
     def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable:
         out, open_ = mark_windows(table, self.sink_tokens, self.recent_tokens)

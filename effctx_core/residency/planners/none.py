@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from effctx_core.residency.blocks import BlockClass, BlockTable, Reason
-from effctx_core.residency.planners.base import PlannerCaps
+from effctx_core.residency.planners.base import Planner, PlannerCaps
 
 
-class NonePlanner:
+class NonePlanner(Planner):
     name = "none"
+    evicts = False
 
     def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable:
         out = table.planned_copy()

@@ -1,6 +1,6 @@
 """`scored`: keep the heavy hitters, the blocks with the highest attention scores (H2O).
 
-Only where the backend supplies scores: `planner_for` refuses the policy otherwise.
+Only where the backend supplies scores (its `needs`): `planner_for` refuses the policy otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from effctx_core.residency.planners.base import (
 
 class ScoredPlanner(WindowedPlanner):
     name = "scored"
+    keeps_budget = True
+    needs = {"attention_scores": "attention scores"}
 
     def plan(self, table: BlockTable, budget: int, caps: PlannerCaps) -> BlockTable:
         out, open_ = mark_windows(table, self.sink_tokens, self.recent_tokens)
