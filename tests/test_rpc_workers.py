@@ -171,7 +171,7 @@ def test_the_model_and_its_cache_are_split_over_both_workers(model):
         session = backend.open(model, profile)
         try:
             info = session.info
-            report = backend.capacity_report(info, profile, 1 << 30)
+            report = backend.capacity_report(info, profile, 1 << 30).to_dict()
         finally:
             session.close()
     shares = info.placement

@@ -100,11 +100,9 @@ def memory_limit(info: ModelInfo, profile: Profile) -> int | None:
     if memory is None:
         return None
     memory = max(0, memory - info.facts.file_bytes)  # the weights come first
-    rows = get_backend(profile.backend).capacity_report(info, profile, memory)["capacity"]["rows"]
-    for row in rows:
-        if (row["kv_cache_type_k"], row["kv_cache_type_v"]) == (profile.kv_cache_type_k, profile.kv_cache_type_v):
-            return row.get("tokens")
-    return None
+    row = get_backend(profile.backend).capacity_report(info, profile, memory).row(profile.kv_cache_type_k,
+                                                                                profile.kv_cache_type_v)
+    return row.tokens if row is not None else None
 
 
 @dataclass

@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     data = info_dict(info)
     data["n_batch"] = profile.n_batch
     data["profile"] = profile_dict(profile)
-    data.update(backend.capacity_report(info, profile, memory))
-    text = data.pop("text")
+    report = backend.capacity_report(info, profile, memory)
+    data.update(report.to_dict())
     status, why, certificate = certification(info, profile)
     data["certification"] = {"status": status, "reason": why,
                              "certified_tokens": certificate["context"]["certified"] if certificate else None}
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     print("context limits")
     for lim in data["limits"]:
         print(f"  {lim['name']:10} {lim['tokens']:>7} tokens  {lim['reason']}")
-    for line in text:
+    for line in report.text:
         print(line)
     print(f"certificate  {why}" if status == "certified" else f"certificate  {status}: {why}")
     return 0

@@ -12,6 +12,8 @@ from effctx_core.contract.baseline import Baseline, BaselineRun
 from effctx_core.contract.records import (
     Capabilities,
     Capability,
+    CapacityReport,
+    CapacityRow,
     ContextLimit,
     ContextReport,
     DecodeConfig,
@@ -33,7 +35,7 @@ from effctx_core.contract.records import (
 from effctx_core.contract.session import ProgressSink, ResidencyExecutor, Session
 
 __all__ = [
-    "Backend", "Baseline", "BaselineRun", "Capabilities", "Capability", "ContextLimit", "ContextReport",
+    "Backend", "Baseline", "BaselineRun", "CapacityReport", "CapacityRow", "Capabilities", "Capability", "ContextLimit", "ContextReport",
     "DecodeConfig", "DeviceShare", "ModelFacts", "ModelInfo", "PrefillProgress", "PrefixCause", "PrefixStatus",
     "ProgressSink", "RangeAction", "ResidencyExecutor", "RuntimeCounts", "RuntimeEviction", "ScoredSuffix",
     "Session", "SessionSnapshot", "StateCosts", "SuffixStatus", "TokenChunk",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from effctx_core.contract.records import ModelInfo, RuntimeEviction
+from effctx_core.contract.records import CapacityReport, ModelInfo, RuntimeEviction
 
 if TYPE_CHECKING:
     from effctx_core.contract.baseline import Baseline
@@ -56,12 +56,10 @@ class Backend(Protocol):
 
     def residency_executor(self, session: Session) -> "ResidencyExecutor": ...
 
-    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
+    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:
         """The KV layout of this context and what `memory_bytes` of cache buys per K/V
-        type pair, as JSON-ready data with `layer_profile` and `capacity` keys, and `text`:
-        the lines `effctx info` prints of it. Each of `capacity["rows"]` names its
-        `kv_cache_type_k` / `kv_cache_type_v` and the `tokens` that memory holds (None
-        where the backend does not model that pair)."""
+        type pair (each row's `tokens`: None where the backend does not model that pair),
+        with the lines `effctx info` prints of it."""
         ...
 
     def baseline(self, model_path: Path, profile: Profile) -> "Baseline":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Mapping, Sequence
 
 from effctx_core.identity import RuntimeIdentity
 
@@ -355,3 +355,60 @@ class RangeAction:
     shifted_from: int  # first cache position moved down by the removal
     shift: int  # how far (negative; 0 when nothing moved)
     ms: float
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    """What a memory budget of cache holds of one K/V cache type pair."""
+
+    kv_cache_type_k: str
+    kv_cache_type_v: str
+    tokens: int | None  # None where the backend does not model the pair
+    # The backend's own figures for the pair (bytes per token or per block, what binds), as JSON.
+    figures: Mapping[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"kv_cache_type_k": self.kv_cache_type_k, "kv_cache_type_v": self.kv_cache_type_v, **self.figures,
+                "tokens": self.tokens}
+
+
+@dataclass(frozen=True)
+class CapacityReport:
+    """A context's KV layout and what a memory budget of cache buys per K/V type pair:
+    `effctx info` prints `text` and puts the rest in its JSON."""
+
+    layer_profile: Mapping[str, object]  # the backend's own layout figures, as JSON
+    memory_bytes: int
+    rows: tuple[CapacityRow, ...]
+    text: tuple[str, ...]  # the lines `effctx info` prints
+    # More of the backend's own capacity figures (llama: swa_full, n_ctx_limit), as JSON.
+    capacity_figures: Mapping[str, object] = field(default_factory=dict)
+    # Where the cache lives on devices outside this process (llama on RPC workers), as
+    # JSON; None for a backend that never places it elsewhere.
+    placement: tuple[Mapping[str, object], ...] | None = None
+
+    def row(self, kv_cache_type_k: str, kv_cache_type_v: str) -> CapacityRow | None:
+        return next((r for r in self.rows if (r.kv_cache_type_k, r.kv_cache_type_v) == (kv_cache_type_k,
+                                                                                       kv_cache_type_v)), None)
+
+    def to_dict(self) -> dict:
+        """The JSON `effctx info` adds (everything but the text)."""
+        out: dict = {
+            "layer_profile": dict(self.layer_profile),
+            "capacity": {"memory_bytes": self.memory_bytes, **self.capacity_figures,
+                         "rows": [r.to_dict() for r in self.rows]},
+        }
+        if self.placement is not None:
+            out["placement"] = [dict(p) for p in self.placement]
+        return out
+
+
+def capacity_rows(rows: Sequence[Mapping[str, object]]) -> tuple[CapacityRow, ...]:
+    """Typed rows from a backend's row dicts (each with kv_cache_type_k, _v and tokens)."""
+    typed = []
+    for row in rows:
+        figures = {k: v for k, v in row.items() if k not in ("kv_cache_type_k", "kv_cache_type_v", "tokens")}
+        tokens = row["tokens"]
+        typed.append(CapacityRow(str(row["kv_cache_type_k"]), str(row["kv_cache_type_v"]),
+                                 tokens if isinstance(tokens, int) else None, figures))
+    return tuple(typed)

@@ -12,7 +12,7 @@ from effctx_core.backends.llama.gguf_facts import check_gguf_file
 from effctx_core.backends.llama.runtime import load_model
 from effctx_core.backends.llama.session import LlamaSession
 from effctx_core.backends.llama_cpp_build import find_build, require_build
-from effctx_core.contract import Baseline, ModelInfo, RuntimeEviction, Session
+from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RuntimeEviction, Session
 from effctx_core.models import ProgressFn
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class LlamaBackend:
 
         return LlamaBaseline(Path(model_path), profile)
 
-    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
+    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:
         from effctx_core.backends.llama.capacity import capacity_report
 
         return capacity_report(info, profile, memory_bytes)

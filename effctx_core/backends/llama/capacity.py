@@ -23,12 +23,13 @@ byte against the default model in tests/test_capacity.py:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from effctx_core.backends.llama.settings import PLAIN_V_TYPES
 from effctx_core.capacity import KVBytes, LayerKV, RowBytes
-from effctx_core.contract import ModelFacts, ModelInfo
+from effctx_core.contract import CapacityReport, ModelFacts, ModelInfo
+from effctx_core.contract.records import capacity_rows
 from effctx_core.errors import EffctxError
 from effctx_core.units import format_bytes
 
@@ -272,28 +273,23 @@ def capacity_lines(report: dict, profile: Profile) -> list[str]:
     return lines
 
 
-def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
+def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:
     """`effctx info`'s layer profile and capacity table for a llama.cpp context."""
     layers = LayerKVProfile.from_facts(info.facts, profile.kv_cache_type_k, profile.kv_cache_type_v)
-    report = {
-        "layer_profile": {
-            **layer_profile_dict(layers),
-            "cache_bytes": layers.cache_bytes(info.n_ctx, profile.n_batch, profile.swa_full).total,
-            "n_ctx": info.n_ctx,
-            "swa_full": profile.swa_full,
-        },
-        "capacity": {
-            "memory_bytes": memory_bytes,
-            "swa_full": profile.swa_full,
-            "n_ctx_limit": None,
-            "rows": capacity_table(info.facts, memory_bytes, None, profile.swa_full, profile.n_batch),
-        },
-        # Where the cache lives when workers hold the layers: each worker's share, as
-        # llama.cpp allocated it and as the layer math gives it.
-        "placement": [{
-            "where": share.where, "device": share.device, "layers": list(share.layers),
-            "layers_text": share.layer_text, "model_bytes": share.model_bytes, "kv_bytes": share.kv_bytes,
-            "kv_bytes_modeled": layers.layers_cache_bytes(share.layers, info.n_ctx, profile.n_batch, profile.swa_full),
-        } for share in info.placement],
+    layer_profile = {
+        **layer_profile_dict(layers),
+        "cache_bytes": layers.cache_bytes(info.n_ctx, profile.n_batch, profile.swa_full).total,
+        "n_ctx": info.n_ctx,
+        "swa_full": profile.swa_full,
     }
-    return {**report, "text": capacity_lines(report, profile)}
+    rows = capacity_rows(capacity_table(info.facts, memory_bytes, None, profile.swa_full, profile.n_batch))
+    # Where the cache lives when workers hold the layers: each worker's share, as
+    # llama.cpp allocated it and as the layer math gives it.
+    placement = tuple({
+        "where": share.where, "device": share.device, "layers": list(share.layers),
+        "layers_text": share.layer_text, "model_bytes": share.model_bytes, "kv_bytes": share.kv_bytes,
+        "kv_bytes_modeled": layers.layers_cache_bytes(share.layers, info.n_ctx, profile.n_batch, profile.swa_full),
+    } for share in info.placement)
+    report = CapacityReport(layer_profile, memory_bytes, rows, (),
+                            {"swa_full": profile.swa_full, "n_ctx_limit": None}, placement)
+    return replace(report, text=tuple(capacity_lines(report.to_dict(), profile)))

@@ -30,7 +30,7 @@ from effctx_core.backends.llama_server.info import BACKEND, model_info
 from effctx_core.backends.llama_server.session import LlamaServerSession
 from effctx_core.backends.llama_server.settings import options_of
 from effctx_core.backends.tape_session import check_trained_context
-from effctx_core.contract import Baseline, ModelInfo, RangeAction, RuntimeEviction, Session
+from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RangeAction, RuntimeEviction, Session
 from effctx_core.errors import BackendUnavailableError, UnsupportedFeatureError
 from effctx_core.models import ProgressFn
 
@@ -124,7 +124,7 @@ class LlamaServerBackend:
         self._check_available(profile.with_changes(options=()))
         return LlamaServerBaseline(Path(model_path), profile)
 
-    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
+    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:
         from effctx_core.backends.llama.capacity import capacity_report
 
         # The same llama.cpp cache as the llama backend's, of the slot's size (the tape

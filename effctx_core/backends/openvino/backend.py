@@ -17,7 +17,7 @@ from effctx_core.backends.llama.runtime import load_model
 from effctx_core.backends.openvino.info import model_info
 from effctx_core.backends.openvino.runtime import cached_ir, converted, ready_ir
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, options_of
-from effctx_core.contract import Baseline, ModelInfo, RangeAction, RuntimeEviction, Session
+from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RangeAction, RuntimeEviction, Session
 from effctx_core.errors import UnsupportedFeatureError
 from effctx_core.models import ProgressFn
 
@@ -99,7 +99,7 @@ class OpenVINOBackend:
 
         return OpenVINOBaseline(Path(model_path), profile)
 
-    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
+    def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:
         from effctx_core.backends.openvino.capacity import capacity_report
 
         return capacity_report(info, profile, memory_bytes)

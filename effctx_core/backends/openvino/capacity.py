@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, KV_CACHE_TYPES
-from effctx_core.contract import ModelInfo
+from effctx_core.contract import CapacityReport, ModelInfo
+from effctx_core.contract.records import capacity_rows
 from effctx_core.units import format_bytes
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def block_bytes(info: ModelInfo, kind_k: str, kind_v: str) -> int | None:
     return facts.n_layers * facts.n_head_kv * (k + v)
 
 
-def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> dict:
+def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:
     facts = info.facts
     rows: list[dict] = []
     for kind_k in KV_CACHE_TYPES:
@@ -61,15 +62,12 @@ def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> dic
             f"  {'K/V':14}{'B/block':>10}{'tokens':>10}"]
     text += [f"  {r['kv_cache_type_k'] + '/' + r['kv_cache_type_v']:14}{r['bytes_per_block'] or 0:>10}{r['tokens'] or 0:>10}"
              for r in rows if r["kv_cache_type_k"] == r["kv_cache_type_v"] and r["modeled"]]
-    return {
-        "text": text,
-        "layer_profile": {
-            "layers": facts.n_layers, "kv_heads": facts.n_head_kv, "head_dim_k": facts.head_dim_k,
-            "head_dim_v": facts.head_dim_v, "block_tokens": BLOCK_TOKENS,
-            # The sliding window is applied when attention reads the cache: every layer
-            # keeps every position.
-            "sliding_window_layers_hold": "every position",
-            "bytes_per_block": block_bytes(info, profile.kv_cache_type_k, profile.kv_cache_type_v),
-        },
-        "capacity": {"memory_bytes": memory_bytes, "rows": rows},
+    layer_profile = {
+        "layers": facts.n_layers, "kv_heads": facts.n_head_kv, "head_dim_k": facts.head_dim_k,
+        "head_dim_v": facts.head_dim_v, "block_tokens": BLOCK_TOKENS,
+        # The sliding window is applied when attention reads the cache: every layer
+        # keeps every position.
+        "sliding_window_layers_hold": "every position",
+        "bytes_per_block": block_bytes(info, profile.kv_cache_type_k, profile.kv_cache_type_v),
     }
+    return CapacityReport(layer_profile, memory_bytes, capacity_rows(rows), tuple(text))
