@@ -1,8 +1,10 @@
-"""Byte sizes for people: printed (`format_bytes`) and read back (`parse_memory`)."""
+"""Units: byte sizes for people, printed (`format_bytes`) and read back (`parse_memory`),
+and elapsed milliseconds between `time.perf_counter_ns()` readings (`ms_since`, `ms_between`)."""
 
 from __future__ import annotations
 
 import re
+import time
 
 from effctx_core.errors import EffctxError
 
@@ -38,3 +40,13 @@ def parse_memory(text: str) -> int:
     if bytes_ <= 0:
         raise EffctxError(f"memory size {text!r} must be more than 0 bytes")
     return bytes_
+
+
+def ms_between(t0_ns: int, t1_ns: int) -> float:
+    """Milliseconds from one `time.perf_counter_ns()` reading to a later one."""
+    return (t1_ns - t0_ns) / 1e6
+
+
+def ms_since(t0_ns: int) -> float:
+    """Milliseconds from a `time.perf_counter_ns()` reading to now."""
+    return ms_between(t0_ns, time.perf_counter_ns())

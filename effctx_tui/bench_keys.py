@@ -19,6 +19,7 @@ import time
 
 from effctx_core.cli.options import OneLineParser
 from effctx_core.errors import EffctxError
+from effctx_core.units import ms_between
 from effctx_tui.bench_command import bench_command
 
 KEYS = "abcdefghijklmnopqrstuvwxyz0123"
@@ -47,8 +48,8 @@ async def _measure(prompt_tokens: int) -> dict:
 
     profile = load_profile(None).with_changes(n_ctx=max(10240, prompt_tokens + 2048))
     app = EffctxApp(profile=profile, max_tokens=1, checkpoints=None)
-    sent: list[float] = []
-    shown: list[float | None] = []
+    sent: list[int] = []  # time.perf_counter_ns() readings
+    shown: list[int | None] = []
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
         while not screen.ready:
@@ -59,7 +60,7 @@ async def _measure(prompt_tokens: int) -> dict:
 
         def timed_refresh() -> None:
             original_refresh()
-            now = time.perf_counter()
+            now = time.perf_counter_ns()
             # Keys are typed in order, so the value's length says how many have landed.
             for i in range(min(len(prompt.value), len(sent))):
                 if shown[i] is None:
@@ -68,19 +69,19 @@ async def _measure(prompt_tokens: int) -> dict:
         screen._compositor_refresh = timed_refresh
 
         prompt.value = SENTENCE * max(1, (prompt_tokens - 6) // 5)
-        submitted = time.perf_counter()
+        submitted = time.perf_counter_ns()
         app.post_message(events.Key("enter", None))
         bar = screen.query_one(ProgressBar)
         while not bar.total and screen.turns_done == 0:  # the first prefill chunk is reported
             await asyncio.sleep(0.005)
         for key in KEYS:
             shown.append(None)
-            sent.append(time.perf_counter())
+            sent.append(time.perf_counter_ns())
             app.post_message(events.Key(key, key))
             await asyncio.sleep(SPACING_S)
         while screen.turns_done == 0:
             await asyncio.sleep(0.01)
-        turn_done = time.perf_counter()
+        turn_done = time.perf_counter_ns()
         deadline = time.perf_counter() + 5
         while None in shown and time.perf_counter() < deadline:
             await asyncio.sleep(0.01)
@@ -88,7 +89,7 @@ async def _measure(prompt_tokens: int) -> dict:
         screen._compositor_refresh = original_refresh
     if result is None:
         raise EffctxError("the turn did not finish (see the console's error)")
-    latencies = [(s - t) * 1000 for t, s in zip(sent, shown) if s is not None]
+    latencies = [ms_between(t, s) for t, s in zip(sent, shown) if s is not None]
     during = sum(1 for t in sent if t < turn_done)
     return {
         "keys": _stats(latencies) if latencies else None,
@@ -97,7 +98,7 @@ async def _measure(prompt_tokens: int) -> dict:
         "keys_never_shown": sum(1 for s in shown if s is None),
         "prompt_tokens_prefilled": result.prefilled,
         "prefill_ms": result.prefill_ms,
-        "turn_ms": (turn_done - submitted) * 1000,
+        "turn_ms": ms_between(submitted, turn_done),
         "n_ctx": profile.n_ctx,
         "threads": profile.n_threads,
     }

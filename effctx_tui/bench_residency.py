@@ -22,6 +22,7 @@ from textual.app import App, ComposeResult
 from effctx_core.cli.options import OneLineParser
 from effctx_core.errors import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockTable, Segment
+from effctx_core.units import ms_since
 from effctx_tui.bench_command import bench_command
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.residency_tape import Zoom
@@ -64,9 +65,9 @@ def _stats(samples_ms: list[float]) -> dict[str, float]:
 def _time(action: Callable[[], object], repeats: int) -> list[float]:
     samples = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.perf_counter_ns()
         action()
-        samples.append((time.perf_counter() - start) * 1000)
+        samples.append(ms_since(start))
     return samples
 
 

@@ -34,6 +34,7 @@ from effctx_core.errors import (
 )
 from effctx_core.identity import RuntimeIdentity, Setting
 from effctx_core.transcript import chat_format_for
+from effctx_core.units import ms_since
 
 
 class TextDecoder(Protocol):
@@ -61,10 +62,6 @@ class _Stats(TypedDict):
     decode_calls: int
     decode_tokens: int
     decode_ms: float
-
-
-def ms_since(t0: int) -> float:
-    return (time.perf_counter_ns() - t0) / 1e6
 
 
 def check_trained_context(n_ctx: int, trained: int) -> None:

@@ -16,6 +16,7 @@ from effctx_core.residency.planners import (
     ScoredPlanner,
     StreamingPlanner,
 )
+from effctx_core.units import ms_since
 
 
 def conversation_tape(n_tokens: int, block_size: int, seed: int = 0) -> BlockTable:
@@ -49,9 +50,9 @@ def run_planner_benchmark(n_tokens: int, block_size: int, repeats: int = 30) -> 
         planner.plan(table, budget, caps)  # warm caches
         times = []
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0 = time.perf_counter_ns()
             planner.plan(table, budget, caps)
-            times.append((time.perf_counter() - t0) * 1000)
+            times.append(ms_since(t0))
         times.sort()
         rows.append({
             "policy": name,

@@ -25,6 +25,7 @@ from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine, TurnResult
 from effctx_core.profiles import Profile
 from effctx_core.snapshots import SnapshotStore
+from effctx_core.units import ms_since
 
 ANSWER_TOKENS = 16
 
@@ -80,7 +81,7 @@ def _snapshot_run(model_path: Path, profile: Profile, document: str, key: str) -
         try:
             t0 = time.perf_counter_ns()
             loaded = second.load_prefix(document)
-            load_ms = (time.perf_counter_ns() - t0) / 1e6
+            load_ms = ms_since(t0)
             if loaded.cache != "hit":
                 return None, f"the stored prefix was not used ({loaded.message or loaded.cache})"
             result = _answer(second, PASSKEY_QUESTION)

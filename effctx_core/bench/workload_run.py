@@ -34,16 +34,13 @@ from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.profiles import Profile
 from effctx_core.residency.report import MODELED
 from effctx_core.snapshots import SnapshotStore
+from effctx_core.units import ms_since
 
 ProgressFn = Callable[[str, int, int], None]  # message, steps done, steps
 
 # Two runs of the same turn on this 2-core machine differ by a few percent: a turn counts
 # as slower than the control only beyond this.
 SLOWER_TOLERANCE = 0.05
-
-
-def _ms(t0: int) -> float:
-    return (time.perf_counter_ns() - t0) / 1e6
 
 
 @dataclass(frozen=True)
@@ -227,7 +224,7 @@ class _Run:
         t0 = time.perf_counter_ns()
         with self.cancel.forwarded_to(self.engine.cancel):
             result = self.engine.complete(text, config)
-        wall = _ms(t0) + lead_ms
+        wall = ms_since(t0) + lead_ms
         if result.stop_reason == "cancelled":
             raise Cancelled("benchmark cancelled")
         self._check_accounting(label, result, len(prompt) - gone, counters.prefill_tokens)
@@ -288,7 +285,7 @@ class _Run:
         t0 = time.perf_counter_ns()
         with self.cancel.forwarded_to(self.engine.cancel):
             loaded = self.engine.load_prefix(w.prefix)
-        lead = _ms(t0)
+        lead = ms_since(t0)
         hit = loaded.cache == "hit"
         how = f"prefix cache {loaded.cache}: {loaded.tokens} tokens {'restored' if hit else 'computed'}"
         self.turn("turn 1" if kind == "cold" else "turn 1, new process", kind, w.turns[0], w.framing.render(w.turns[0]),
@@ -329,7 +326,7 @@ class _Run:
                 t0 = time.perf_counter_ns()
                 restored = self.engine.restore_node(node)
                 how = f"restored turn {w.branch_after}: {restored.mode} ({restored.reason}) in {restored.ms:.0f} ms"
-                self.turn(f"{branch.name} 1", "branch", first, w.framing.render(first), lead_ms=_ms(t0),
+                self.turn(f"{branch.name} 1", "branch", first, w.framing.render(first), lead_ms=ms_since(t0),
                           lead_computed=restored.recomputed, how=how)
             else:
                 # No state to restore: the conversation up to the branch point is sent

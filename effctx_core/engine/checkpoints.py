@@ -17,6 +17,7 @@ from effctx_core.events.trace import NodeAdded, NodeRestored
 from effctx_core.residency import Segment
 from effctx_core.snapshots import SnapshotError, SnapshotNotFoundError, SnapshotStore, load_snapshot, save_snapshot
 from effctx_core.snapshots.tree_file import load_tree, save_tree
+from effctx_core.units import ms_since
 
 
 def session_owner(name: str) -> str:
@@ -151,7 +152,7 @@ class Checkpointer:
             state.tape = tape
             tracker.reset(Segment.OTHER, len(tape))
         tree.set_current(node_id)
-        restore = NodeRestore(node_id, mode, len(tape), recomputed, (time.perf_counter_ns() - t0) / 1e6, reason)
+        restore = NodeRestore(node_id, mode, len(tape), recomputed, ms_since(t0), reason)
         state.bus.emit(NodeRestored, node=node_id, mode=mode, tokens=len(tape), recomputed=recomputed,
                        ms=round(restore.ms, 3), reason=reason)
         return restore

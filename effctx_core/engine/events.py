@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from effctx_core.events.trace import ErrorRaised, Event, TraceWriter
+from effctx_core.units import ms_since
 
 Subscriber = Callable[[Event], None]
 
@@ -16,7 +17,7 @@ class EventBus:
         self._subscribers: list[Subscriber] = []
         self._trace = TraceWriter(Path(trace_path)) if trace_path else None
         self._trace_error: str | None = None
-        self._t0 = time.perf_counter()
+        self._t0 = time.perf_counter_ns()
         self.started_wall = time.time()
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
@@ -24,7 +25,7 @@ class EventBus:
         return lambda: self._subscribers.remove(subscriber)
 
     def elapsed_ms(self) -> float:
-        return round((time.perf_counter() - self._t0) * 1000, 3)
+        return round(ms_since(self._t0), 3)
 
     def emit(self, event_type: type[Event], **fields: Any) -> None:
         event = event_type(**fields, t_ms=self.elapsed_ms())

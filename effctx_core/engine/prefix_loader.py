@@ -12,6 +12,7 @@ from effctx_core.errors import EffctxError
 from effctx_core.events.trace import PrefixCacheLookup
 from effctx_core.residency import Segment
 from effctx_core.snapshots import SnapshotError, SnapshotStore, load_snapshot, save_snapshot
+from effctx_core.units import ms_since
 
 
 class PrefixLoader:
@@ -82,7 +83,7 @@ class PrefixLoader:
         return self._loaded("miss", tokens, t0, key, message)
 
     def _loaded(self, cache: str, tokens: list[int], t0: int, key: str | None, message: str | None) -> PrefixLoad:
-        load = PrefixLoad(cache, len(tokens), (time.perf_counter_ns() - t0) / 1e6, key, message)
+        load = PrefixLoad(cache, len(tokens), ms_since(t0), key, message)
         hit = cache == "hit"
         self._checkpointer.checkpoint("prefix", f"prefix ({cache})", None, {
             "prefilled": 0 if hit else len(tokens), "reused": len(tokens) if hit else 0, "load_ms": round(load.ms, 3),

@@ -44,6 +44,7 @@ from effctx_core.residency.tracker import ResidencyTracker
 from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree import SnapshotTree
 from effctx_core.transcript import chat_format_for
+from effctx_core.units import ms_since
 
 
 class SessionEngine:
@@ -209,7 +210,7 @@ class SessionEngine:
                 tokens=len(tokens),
                 scored=len(known),
                 mean_nll=float(-known.mean()) if len(known) else float("nan"),
-                ms=(time.perf_counter_ns() - t0) / 1e6,
+                ms=ms_since(t0),
                 evicted=report.evicted_tokens + report.cold_tokens,
                 logprobs=logprobs,
             )
@@ -258,7 +259,7 @@ class SessionEngine:
             for kind, n, seg_turn in runs:
                 prefill(state, tail[done : done + n], kind, seg_turn, session.explain().resident_tokens)
                 done += n
-            ms = (time.perf_counter_ns() - t0) / 1e6
+            ms = ms_since(t0)
             state.bus.emit(ResidencyAction, turn=turn, stage="recompute", action="recompute", start=first,
                            end=first + len(tail), pos_start=keep, pos_end=keep + len(tail), ms=round(ms, 3))
             return len(tail)
@@ -302,7 +303,7 @@ class SessionEngine:
             t0 = time.perf_counter_ns()
             snap = self.session.snapshot()
             self._state.bus.emit(SnapshotTaken, tokens=snap.n_tokens, bytes=len(snap.state),
-                                 ms=(time.perf_counter_ns() - t0) / 1e6)
+                                 ms=ms_since(t0))
             return snap
 
     def restore(self, snapshot: SessionSnapshot) -> None:
@@ -313,7 +314,7 @@ class SessionEngine:
             self._state.tape = list(snapshot.tokens)
             self.residency.reset(Segment.OTHER, snapshot.n_tokens)
             self._state.bus.emit(SnapshotRestored, tokens=snapshot.n_tokens, bytes=len(snapshot.state),
-                                 ms=(time.perf_counter_ns() - t0) / 1e6)
+                                 ms=ms_since(t0))
 
     def explain(self) -> ContextReport:
         return self.session.explain()

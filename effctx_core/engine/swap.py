@@ -12,6 +12,7 @@ from effctx_core.errors import EffctxError
 from effctx_core.events.trace import CellSwapped, SwapAbandoned
 from effctx_core.profiles import Profile
 from effctx_core.residency import Segment
+from effctx_core.units import ms_since
 
 
 def swap(state: EngineState, profile: Profile) -> SwapResult:
@@ -52,7 +53,7 @@ def swap(state: EngineState, profile: Profile) -> SwapResult:
         new.close()
         if not isinstance(exc, PrefillCancelled):
             raise
-        ms = (time.perf_counter_ns() - t0) / 1e6
+        ms = ms_since(t0)
         state.bus.emit(SwapAbandoned, old_profile=old.profile.name, new_profile=profile.name,
                        done=exc.done, total=exc.total, tokens=len(old_tape), ms=round(ms, 3))
         raise SwapCancelled(
@@ -61,7 +62,7 @@ def swap(state: EngineState, profile: Profile) -> SwapResult:
         ) from None
     old.close()
     result = SwapResult(old.profile.name, profile.name, mode, len(old_tape), recomputed,
-                        (time.perf_counter_ns() - t0) / 1e6, reason)
+                        ms_since(t0), reason)
     info = new.session.info
     state.bus.emit(CellSwapped, old_profile=result.old_profile, new_profile=result.new_profile, mode=mode,
                    tokens=result.tokens, recomputed=recomputed, ms=round(result.ms, 3), reason=reason,

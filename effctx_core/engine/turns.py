@@ -18,6 +18,7 @@ from effctx_core.errors import ContextOverflowError
 from effctx_core.events.explain import prefix_sentence
 from effctx_core.events.trace import PrefixChecked, RuntimeCounted, TokenDecoded, TurnFinished, TurnResult, TurnStarted
 from effctx_core.residency import ResidencyReport, Segment
+from effctx_core.units import ms_between, ms_since
 
 
 def _rate(tokens: int, ms: float) -> float:
@@ -174,8 +175,8 @@ class TurnRunner:
     def _result(self, reply: _Reply, prefix: PrefixStatus, prefilled: int, gone_before: int,
                 t_start: int, t_prefilled: int, t_end: int) -> TurnResult:
         report = self._state.session.explain()
-        prefill_ms = (t_prefilled - t_start) / 1e6
-        decode_ms = (t_end - reply.t_first) / 1e6 if reply.t_first else 0.0
+        prefill_ms = ms_between(t_start, t_prefilled)
+        decode_ms = ms_between(reply.t_first, t_end) if reply.t_first else 0.0
         return TurnResult(
             text=reply.text,
             stop_reason=reply.stop_reason,
@@ -185,7 +186,7 @@ class TurnRunner:
             dropped=prefix.dropped,
             evicted=_gone(self._state.tracker.report()) - gone_before,
             prefix_reason=prefix_sentence(prefix),
-            ttft_ms=((reply.t_first or t_end) - t_start) / 1e6,
+            ttft_ms=ms_between(t_start, reply.t_first or t_end),
             prefill_ms=prefill_ms,
             decode_ms=decode_ms,
             prefill_tps=_rate(prefilled, prefill_ms),
@@ -199,7 +200,7 @@ class TurnRunner:
     def _cancelled(self, turn: int, stop: PrefillCancelled, t_start: int, reused: int) -> TurnResult:
         state = self._state
         report = state.session.explain()
-        ms = (time.perf_counter_ns() - t_start) / 1e6
+        ms = ms_since(t_start)
         result = TurnResult(
             text="", stop_reason="cancelled", reused=reused, prefilled=stop.done, generated=0, dropped=0, evicted=0,
             prefix_reason=f"cancelled during prefill after {stop.done} of {stop.total} tokens", ttft_ms=ms,

@@ -24,14 +24,11 @@ from effctx_core.backends.llama.session import context_params
 from effctx_core.backends.llama.settings import KV_CACHE_TYPES
 from effctx_core.contract import BaselineRun
 from effctx_core.errors import EffctxError
+from effctx_core.units import ms_between
 
 if TYPE_CHECKING:
     # The profile is read, never built, here: the backends sit below the profile schema.
     from effctx_core.profiles import Profile
-
-
-def _ms(t0: int, t1: int) -> float:
-    return (t1 - t0) / 1e6
 
 
 class LlamaBaseline:
@@ -82,7 +79,7 @@ class LlamaBaseline:
             self._decode([token], pos)
             pos += 1
         t2 = time.perf_counter_ns()
-        return BaselineRun(len(prompt), _ms(t0, t1), len(out), _ms(t1, t2), tuple(out))
+        return BaselineRun(len(prompt), ms_between(t0, t1), len(out), ms_between(t1, t2), tuple(out))
 
     # ------------------------------------------------------------------ library
 
@@ -133,7 +130,7 @@ class LlamaBaseline:
         if out and self._model.is_eog(out[-1]):
             out.pop()  # the end-of-generation token ends the stream; it is not output
         t_first = first[0] if first else t_end
-        return BaselineRun(len(prompt), _ms(t0, t_first), len(out), _ms(t_first, t_end), tuple(out))
+        return BaselineRun(len(prompt), ms_between(t0, t_first), len(out), ms_between(t_first, t_end), tuple(out))
 
     def close(self) -> None:
         if self._llama is not None:

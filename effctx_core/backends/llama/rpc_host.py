@@ -29,6 +29,7 @@ from effctx_core.backends.llama.rpc_placement import Placement, parse_placement
 from effctx_core.contract import ModelInfo, PrefillProgress, StateCosts
 from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.parent_watch import watch_parent
+from effctx_core.units import ms_between
 
 _COST_TOKENS = 128
 # More layers than any model has: llama.cpp offloads every layer and the output head.
@@ -159,18 +160,18 @@ def measure_state_costs(model, profile, backend_version: str) -> StateCosts:
     try:
         text = " ".join(["the quick brown fox jumps over the lazy dog"] * 16)
         tokens = model.tokenize(text, True)[: min(_COST_TOKENS, n_ctx - 1)]
-        t0 = time.perf_counter()
+        t0 = time.perf_counter_ns()
         session.ensure_prefix(tokens)
-        t1 = time.perf_counter()
+        t1 = time.perf_counter_ns()
         snapshot = session.snapshot()
-        t2 = time.perf_counter()
+        t2 = time.perf_counter_ns()
         session.ensure_prefix([])
-        t3 = time.perf_counter()
+        t3 = time.perf_counter_ns()
         session.restore(snapshot)
-        t4 = time.perf_counter()
+        t4 = time.perf_counter_ns()
     finally:
         session.close()
-    return StateCosts(len(tokens), (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t4 - t3) * 1e3)
+    return StateCosts(len(tokens), ms_between(t0, t1), ms_between(t1, t2), ms_between(t3, t4))
 
 
 def _answer(out: Connection, message: tuple) -> None:

@@ -23,7 +23,6 @@ from effctx_core.backends.llama.settings import KV_CACHE_TYPES, QUANTIZED_TYPES,
 from effctx_core.backends.tape_session import (
     TapeSession,
     check_trained_context,
-    ms_since,
     session_identity,
     token_logprobs,
 )
@@ -40,6 +39,7 @@ from effctx_core.contract import (
     StateCosts,
 )
 from effctx_core.errors import ContextOverflowError, EffctxError
+from effctx_core.units import ms_since
 
 if TYPE_CHECKING:
     # The profile is read, never built, here: the backends sit below the profile schema.

@@ -28,15 +28,12 @@ from effctx_core.backends.llama_server.settings import options_of
 from effctx_core.backends.llama_server.slots import Slot
 from effctx_core.contract import BaselineRun
 from effctx_core.errors import EffctxError
+from effctx_core.units import ms_between
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
 
 _GREEDY = {"temperature": 0.0, "samplers": ["temperature"]}
-
-
-def _ms(t0: int, t1: int) -> float:
-    return (t1 - t0) / 1e6
 
 
 class LlamaServerBaseline:
@@ -95,7 +92,7 @@ class LlamaServerBaseline:
             tokens.pop()  # the end-of-generation token ends the stream; it is not output
             counted -= 1
         first = t_first if t_first is not None else t_end
-        return BaselineRun(len(body["prompt"]), _ms(t0, first), counted, _ms(first, t_end), tuple(tokens))
+        return BaselineRun(len(body["prompt"]), ms_between(t0, first), counted, ms_between(first, t_end), tuple(tokens))
 
     def forget(self) -> None:
         self._slot.erase()

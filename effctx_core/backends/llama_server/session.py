@@ -27,7 +27,7 @@ from effctx_core.backends.llama_server.client import Event, EventStream, ServerE
 from effctx_core.backends.llama_server.connection import ServerConnection
 from effctx_core.backends.llama_server.ledger import CacheLedger
 from effctx_core.backends.llama_server.slots import Slot, SlotFileError, read_slot_file
-from effctx_core.backends.tape_session import TapeSession, TextDecoder, common_prefix_length, ms_since
+from effctx_core.backends.tape_session import TapeSession, TextDecoder, common_prefix_length
 from effctx_core.contract import (
     ContextReport,
     DecodeConfig,
@@ -42,6 +42,7 @@ from effctx_core.contract import (
     TokenChunk,
 )
 from effctx_core.errors import ContextOverflowError, EffctxError, UnsupportedFeatureError
+from effctx_core.units import ms_since
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile

@@ -33,13 +33,10 @@ from effctx_core.backends.openvino.runtime import (
 )
 from effctx_core.backends.openvino.settings import options_of
 from effctx_core.contract import BaselineRun
+from effctx_core.units import ms_between
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
-
-
-def _ms(t0: int, t1: int) -> float:
-    return (t1 - t0) / 1e6
 
 
 class _Counter(genai.StreamerBase):
@@ -119,7 +116,7 @@ class OpenVINOBaseline:
             out.append(token)
             logits = self._infer([token], len(prompt) + i)
         t2 = time.perf_counter_ns()
-        return BaselineRun(len(prompt), _ms(t0, t1), len(out), _ms(t1, t2), tuple(out))
+        return BaselineRun(len(prompt), ms_between(t0, t1), len(out), ms_between(t1, t2), tuple(out))
 
     def _paged_raw(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun:
         """One request on a new ContinuousBatchingPipeline of the profile, stepped until
@@ -145,7 +142,7 @@ class OpenVINOBaseline:
             pipeline.step()
         t_end = time.perf_counter_ns()
         first = t_first or t_end
-        return BaselineRun(len(prompt), _ms(t0, first), len(out), _ms(first, t_end), tuple(out))
+        return BaselineRun(len(prompt), ms_between(t0, first), len(out), ms_between(first, t_end), tuple(out))
 
     def library(self, prompt: Sequence[int], decode_tokens: int) -> BaselineRun:
         if self._pipeline is None:
@@ -162,7 +159,7 @@ class OpenVINOBaseline:
         self._pipeline.generate(ov.Tensor(np.asarray([prompt], dtype=np.int64)), config, counter)
         t_end = time.perf_counter_ns()
         first = counter.first_ns or t_end
-        return BaselineRun(len(prompt), _ms(t0, first), len(counter.tokens), _ms(first, t_end), tuple(counter.tokens))
+        return BaselineRun(len(prompt), ms_between(t0, first), len(counter.tokens), ms_between(first, t_end), tuple(counter.tokens))
 
     def control(self, prompt: Sequence[int], decode_tokens: int, stop: tuple[str, ...]) -> BaselineRun:
         if self._conversation is None:
@@ -181,7 +178,7 @@ class OpenVINOBaseline:
         self._conversation.generate(ov.Tensor(np.asarray([prompt], dtype=np.int64)), config, streamer)
         t_end = time.perf_counter_ns()
         first = streamer.first_ns or t_end
-        return BaselineRun(len(prompt), _ms(t0, first), len(streamer.tokens), _ms(first, t_end),
+        return BaselineRun(len(prompt), ms_between(t0, first), len(streamer.tokens), ms_between(first, t_end),
                            tuple(streamer.tokens))
 
     def forget(self) -> None:

@@ -25,7 +25,7 @@ from effctx_core.backends.openvino.convert import ConvertedModel
 from effctx_core.backends.openvino.info import model_info
 from effctx_core.backends.openvino.runtime import DEVICE, first_line, plugin_config
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, OpenVINOOptions, options_of
-from effctx_core.backends.tape_session import TapeSession, check_trained_context, ms_since
+from effctx_core.backends.tape_session import TapeSession, check_trained_context
 from effctx_core.contract import (
     ContextReport,
     DecodeConfig,
@@ -36,6 +36,7 @@ from effctx_core.contract import (
     TokenChunk,
 )
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
+from effctx_core.units import ms_since
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile

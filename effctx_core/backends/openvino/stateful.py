@@ -21,9 +21,10 @@ from effctx_core.backends.openvino.convert import ConvertedModel
 from effctx_core.backends.openvino.info import model_info
 from effctx_core.backends.openvino.runtime import compiled_model, first_line, infer_inputs, plugin_config
 from effctx_core.backends.openvino.settings import options_of
-from effctx_core.backends.tape_session import TapeSession, check_trained_context, ms_since, token_logprobs
+from effctx_core.backends.tape_session import TapeSession, check_trained_context, token_logprobs
 from effctx_core.contract import DecodeConfig, PrefillProgress, ProgressSink, SessionSnapshot
 from effctx_core.errors import EffctxError
+from effctx_core.units import ms_since
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
