@@ -191,6 +191,15 @@ def test_a_reply_is_correct_when_it_contains_an_expected_answer_in_any_case():
     assert [turn.is_correct(r) for r in (" It is kestrel-7.", " It is KESTREL.")] == [True, False]
 
 
+def test_one_caseless_answer_rule_for_workload_replies():
+    # casefold, not lower: "STRASSE".lower() is not in "straße".lower(), but the two fold alike.
+    turn = Turn("user", "Street?", 8, expect=("STRASSE",))
+    assert [turn.is_correct(r) for r in ("Die Straße.", "die strasse", "Die Gasse.")] == [True, True, False]
+    # The workload runner grades every turn by the same rule; a turn that asks nothing is not graded.
+    assert [turn.grade(r) for r in ("Die Straße.", "Die Gasse.")] == [True, False]
+    assert Turn("user", "Go on.", 8).grade("Die Straße.") is None
+
+
 def test_an_edit_applied_to_a_prefix_without_its_text_fails():
     with pytest.raises(WorkloadError, match=r"^edit.find must occur exactly once in the prefix \(found 0 times\)$"):
         Edit(before_turn=1, find="absent", replace="x").apply("The prefix.")

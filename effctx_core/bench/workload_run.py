@@ -162,12 +162,6 @@ class WorkloadReport:
         }
 
 
-def _correct(turn: Turn, reply: str) -> bool | None:
-    if not turn.expect:
-        return None
-    return any(e.lower() in reply.lower() for e in turn.expect)
-
-
 class _Run:
     """One workload on one profile: the engine, the control, and the turns so far."""
 
@@ -237,7 +231,7 @@ class _Run:
             label=label, kind=kind, prompt_tokens=len(prompt), reused=result.reused - lead_computed,
             computed=result.prefilled + lead_computed, dropped=result.dropped, ttft_ms=result.ttft_ms + lead_ms,
             prefill_tps=result.prefill_tps, decode_tps=result.decode_tps, generated=result.generated, wall_ms=wall,
-            reply=result.text, correct=_correct(turn, result.text), how=how or result.prefix_reason, control=control,
+            reply=result.text, correct=turn.grade(result.text), how=how or result.prefix_reason, control=control,
         ))
 
     def _check_accounting(self, label: str, result: TurnResult, prompt_tokens: int, prefilled_before: int) -> None:

@@ -19,12 +19,18 @@ class Turn:
     role: str  # "user" or "tool"
     text: str
     max_tokens: int  # reply budget, 1..MAX_REPLY_TOKENS
-    # For questions: the reply is correct if it contains any of these (case-insensitive).
+    # For questions: the reply is correct if it contains any of these, compared caseless
+    # (str.casefold: "STRASSE" matches "straße", which str.lower does not).
     expect: tuple[str, ...] = ()
 
     def is_correct(self, reply: str) -> bool:
+        """The one answer rule of workloads: the reply contains an expected answer, caseless."""
         folded = reply.casefold()
         return any(answer.casefold() in folded for answer in self.expect)
+
+    def grade(self, reply: str) -> bool | None:
+        """Whether the reply answers the turn's question, or None for a turn that asks none."""
+        return self.is_correct(reply) if self.expect else None
 
 
 @dataclass(frozen=True)
