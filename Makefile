@@ -5,19 +5,19 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.effctx-installed
-# LLAVA is the multimodal helper library; effctx never uses it and it halves the
-# llama.cpp compile (measured 4m42s instead of 9m38s on 2 cores). pip caches the
-# built wheel, so a second set-up reinstalls it in seconds.
-# AMX: -march=native turns on the AMX tile instructions wherever the CPU lists them, but
-# under some hypervisors they fault (ldtilecfg raises a general protection fault at the
-# first matrix multiply: every prefill segfaults). An explicit -mno-amx-* wins over
-# -march=native whatever the order; AVX-512 stays on. Models of effctx's size gain
-# nothing measurable from AMX.
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'
+# llama.cpp is compiled once, by effctx (`make llama-cpp`, below), not by pip: llama-cpp-python
+# is installed without a library of its own (LLAMA_BUILD=OFF: its wheel is pure Python,
+# built in seconds) and loads effctx's build of the same llama.cpp tree through
+# LLAMA_CPP_LIB_PATH. The pinned version is read from pyproject.toml. --no-cache-dir:
+# pip's wheel cache keys a wheel by the sdist's address and ignores CMAKE_ARGS, so a
+# library-less wheel kept there would come back where a compiled one is expected (and an
+# old compiled one would be used here instead, carrying 24 MB of unused libraries).
+LLAMA_CPP_PYTHON := $(shell sed -n 's/^ *"\(llama-cpp-python==[^"]*\)".*/\1/p' pyproject.toml)
 
-.PHONY: run test lint setup model llama-cpp clean
+.PHONY: run test lint setup model llama-cpp llama-cpp-libs clean
 
-run: model
+# The console needs only the build's libraries (about a quarter of its compile).
+run: model llama-cpp-libs
 	$(BIN)/effctx
 
 test: lint model llama-cpp
@@ -36,18 +36,24 @@ model: $(STAMP)
 	$(BIN)/effctx model prepare
 
 # effctx's own build of the llama.cpp tree that llama-cpp-python vendors, with ggml's RPC
-# backend and llama-server: RPC workers (`effctx worker`), llama cells with rpc_workers and
-# the llama-server cell need it. Built once into effctx's cache folder (about 5-7 minutes
-# on 2 cores, said when done); later runs find it and return at once.
+# backend and llama-server: the libraries every llama.cpp cell loads, RPC workers (`effctx
+# worker`), llama cells with rpc_workers and the llama-server cell. Built once into
+# effctx's cache folder (about 5 minutes on 2 cores, with progress); later runs find it and
+# return at once. llama-cpp-libs stops after the libraries; llama-cpp goes on from there.
 llama-cpp: $(STAMP)
 	$(BIN)/effctx runtime build
+
+llama-cpp-libs: $(STAMP)
+	$(BIN)/effctx runtime build --libraries
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	@echo "Installing effctx and its dependencies (the first time compiles llama.cpp: about 5 minutes on 2 cores)"
+	@echo "Installing $(LLAMA_CPP_PYTHON) without a llama.cpp library of its own (effctx builds one: make llama-cpp)"
+	CMAKE_ARGS=-DLLAMA_BUILD=OFF $(BIN)/python -m pip install --progress-bar off --no-cache-dir --no-deps '$(LLAMA_CPP_PYTHON)'
+	@echo "Installing effctx and its dependencies"
 	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
 	touch $(STAMP)
 

@@ -39,6 +39,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EffctxError as exc:
         print(f"effctx: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if checked.replay is None:
+        # Every cell runs llama.cpp from effctx's build (the OpenVINO and llama-server cells
+        # its tokenizer): without it, one line now rather than a console that cannot open.
+        from effctx_core.backends.llama_cpp_build import BuildMissingError, library_build
+
+        try:
+            library_build()
+        except BuildMissingError as exc:
+            print(f"effctx: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     warn(checked.warnings)
     for note in checked.notes:
         print(f"effctx: {note}", file=sys.stderr)

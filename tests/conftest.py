@@ -5,7 +5,17 @@ from pathlib import Path
 
 import pytest
 
+from effctx_core.backends.llama_cpp_build import BuildMissingError
 from effctx_core.models import prepare_default_model
+
+
+def pytest_configure(config) -> None:
+    """Before any test module imports llama_cpp: the tests run on effctx's llama.cpp build,
+    as effctx does, and without it say how to get it in one line (make test builds it)."""
+    try:
+        import effctx_core.backends.llama.binding  # noqa: F401
+    except BuildMissingError as exc:
+        pytest.exit(str(exc), returncode=2)
 
 
 @pytest.fixture(scope="session")

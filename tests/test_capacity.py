@@ -8,11 +8,11 @@ import re
 from contextlib import contextmanager
 from typing import NamedTuple
 
-import llama_cpp
 import pytest
 
 from effctx_core.backends.llama import runtime as llama_runtime
 from effctx_core.backends.llama.backend import LlamaBackend
+from effctx_core.backends.llama.binding import llama_cpp
 from effctx_core.backends.llama.capacity import (
     CACHE_TYPE_BLOCKS,
     CELL_META_BYTES,

@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gguf
-import llama_cpp
 import numpy as np
 import openvino as ov
 import pytest
 from tiny_gguf import write_tiny_llama_gguf
 
+from effctx_core.backends.llama.binding import llama_cpp
 from effctx_core.backends.openvino.convert import ConversionError, convert_gguf, converted_dir
 from effctx_core.models import sha256_file
 

@@ -7,11 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
-import llama_cpp
 import numpy as np
 import pytest
-from llama_cpp import Llama, LogitsProcessorList
-from llama_cpp.llama_types import CreateCompletionResponse
 from tiny_gguf import (
     BOS_ID,
     N_EMBD,
@@ -21,6 +18,12 @@ from tiny_gguf import (
     N_VOCAB,
     write_tiny_llama_gguf,
 )
+
+from effctx_core.backends.llama.binding import llama_cpp
+
+Llama = llama_cpp.Llama
+LogitsProcessorList = llama_cpp.LogitsProcessorList
+CreateCompletionResponse = llama_cpp.llama_types.CreateCompletionResponse
 
 SENTENCE = b"The quick brown fox jumps over the lazy dog. Hello, world! 12345"
 PROMPT = "The quick brown fox"

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import llama_cpp
-
+from effctx_core.backends.llama.binding import llama_cpp
 from effctx_core.backends.llama.executor import LlamaResidencyExecutor, check_policy
 from effctx_core.backends.llama.gguf_facts import check_gguf_file
 from effctx_core.backends.llama.runtime import load_model
 from effctx_core.backends.llama.session import LlamaSession
-from effctx_core.backends.llama_cpp_build import find_build, require_build
+from effctx_core.backends.llama_cpp_build import HOW_TO_BUILD, find_build, require_build
 from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RuntimeEviction, Session
 from effctx_core.models import ProgressFn
 
@@ -33,13 +32,12 @@ class LlamaBackend:
 
     def unavailable(self, profile: Profile) -> str | None:
         if profile.rpc_workers and find_build() is None:
-            return ("rpc_workers needs effctx's llama.cpp build with RPC (build it once, about 7 minutes: "
-                    "make llama-cpp, or: effctx runtime build)")
+            return f"rpc_workers needs effctx's llama.cpp build with RPC and llama-server ({HOW_TO_BUILD})"
         return None
 
     def _rpc(self, profile: Profile) -> tuple[RpcHost, str]:
         """The RPC host of the profile's workers, and the runtime version its sessions report:
-        effctx's own build, not the wheel's libraries."""
+        the build's commit on the workers, so that their states are never mixed with local ones."""
         from effctx_core.backends.llama.rpc_hosted import host_for
 
         build = require_build(f"profile {profile.name!r} (rpc_workers)")

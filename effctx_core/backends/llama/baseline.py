@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
+from effctx_core.backends.llama.binding import llama_cpp
 from effctx_core.backends.llama.runtime import clear_llama_errors, llama_error_reason, load_model
 from effctx_core.backends.llama.session import context_params
 from effctx_core.backends.llama.settings import KV_CACHE_TYPES

@@ -3,12 +3,14 @@ registers the workers, and runs llama sessions for the process that started it.
 
 Why a process: llama.cpp's RPC client aborts its whole process when a worker dies, and
 waits forever on one that stops answering. Here that ends only this process; the parent
-sees it, bounds every wait, and names the worker. It also keeps the RPC build's libraries
-out of the parent, which goes on running local cells on llama-cpp-python's own.
+sees it, bounds every wait, and names the worker. It also keeps the workers out of the
+parent's ggml backend registry, where local cells go on running on this CPU (the same
+build's libraries: binding.py).
 
 Started as `python -m effctx_core.backends.llama.rpc_host READ_FD WRITE_FD` with
-LLAMA_CPP_LIB_PATH set to the build. Requests arrive as pickled tuples; each gets exactly
-one answer, preceded by any number of progress messages.
+LLAMA_CPP_LIB_PATH set to the parent's build, which binding.py then loads. Requests
+arrive as pickled tuples; each gets exactly one answer, preceded by any number of
+progress messages.
 """
 
 from __future__ import annotations
@@ -95,13 +97,11 @@ class Host:
     """The objects this process holds for its parent, by handle."""
 
     def __init__(self, workers: list[str]):
-        import llama_cpp
+        from effctx_core.backends.llama.binding import BUILD, llama_cpp
 
         if not llama_cpp.llama_supports_rpc():
-            raise EffctxError(f"the llama.cpp libraries loaded from {os.environ.get('LLAMA_CPP_LIB_PATH')} "
-                              "were built without RPC")
-        lib_dir = Path(os.environ["LLAMA_CPP_LIB_PATH"])
-        self.devices = register_workers(lib_dir, workers)
+            raise EffctxError(f"the llama.cpp libraries loaded from {BUILD.bin_dir} were built without RPC")
+        self.devices = register_workers(BUILD.bin_dir, workers)
         self.objects: dict[int, Any] = {}
         self._next = 1
         self._load_lines: dict[str, list[str]] = {}

@@ -17,9 +17,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Iterator, Sequence
 
-import llama_cpp
 import numpy as np
 
+from effctx_core.backends.llama.binding import llama_cpp
 from effctx_core.backends.llama.gguf_facts import check_gguf_file, facts_from_metadata
 from effctx_core.contract import ModelFacts
 from effctx_core.errors import ModelFileError

@@ -7,9 +7,9 @@ from __future__ import annotations
 import ctypes
 import random
 
-import llama_cpp
 import numpy as np
 
+from effctx_core.backends.llama.binding import llama_cpp
 from effctx_core.contract import DecodeConfig
 
 

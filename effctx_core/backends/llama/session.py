@@ -8,9 +8,9 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
-import llama_cpp
 import numpy as np
 
+from effctx_core.backends.llama.binding import llama_cpp
 from effctx_core.backends.llama.runtime import (
     Batch,
     DeferredInterrupt,
