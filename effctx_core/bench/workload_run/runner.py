@@ -1,165 +1,25 @@
-"""`effctx bench run WORKLOAD`: a workload through the engine, beside the raw control.
-
-Each turn runs twice in one process, alternating: through effctx's engine, then the way
-a user would run it without effctx (`Baseline.control`: llama-cpp-python's
-`create_completion`, openvino-genai's pipeline with its prefix cache; or, for any
-llama.cpp profile, a llama-server of effctx's build), on the same token ids, same
-settings and threads. The control keeps what its library keeps between calls
-and nothing else, so every ratio is effctx end-to-end against what a user would
-otherwise run.
-
-The turns of a workload, by kind:
-- cold: the stable prefix and the first message on an empty cache;
-- suffix: a later message: the conversation so far is reused, the message is computed;
-- edit: the stable prefix changed by one word; everything from the change is computed;
-- branch: back to an earlier turn (effctx restores its snapshot) and on differently;
-- second-process: the first turn again in a new process, where effctx's persistent
-  prefix cache holds the prefix and the library holds nothing.
-"""
+"""Running a workload: every turn through the engine, then through the control."""
 
 from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from effctx_core.backends.registry import get_backend
+from effctx_core.bench.workload_run.control import control_baseline
+from effctx_core.bench.workload_run.records import ControlTurn, TurnRun, WorkloadReport
 from effctx_core.bench.workloads import Turn, Workload
 from effctx_core.cancel import CancelToken
-from effctx_core.contract import Baseline, BaselineRun, DecodeConfig
+from effctx_core.contract import Baseline, DecodeConfig
 from effctx_core.engine import SessionEngine, TurnResult
-from effctx_core.errors import Cancelled, EffctxError
+from effctx_core.errors import Cancelled
 from effctx_core.profiles import Profile
 from effctx_core.residency.report import MODELED
 from effctx_core.snapshots import SnapshotStore
 from effctx_core.units import ms_since
 
 ProgressFn = Callable[[str, int, int], None]  # message, steps done, steps
-
-# Two runs of the same turn on this 2-core machine differ by a few percent: a turn counts
-# as slower than the control only beyond this.
-SLOWER_TOLERANCE = 0.05
-
-
-@dataclass(frozen=True)
-class ControlTurn:
-    ttft_ms: float
-    wall_ms: float
-    generated: int
-    # Decoded the same ids as effctx over their common length: the two stop at a stop
-    # text differently (the library also counts the stop text's tokens it generated).
-    same_reply: bool
-
-    @classmethod
-    def of(cls, run: BaselineRun, reply: Sequence[int]) -> ControlTurn:
-        n = min(len(run.tokens), len(reply))
-        return cls(run.prefill_ms, run.prefill_ms + run.decode_ms, run.decode_tokens,
-                   tuple(run.tokens[:n]) == tuple(reply[:n]))
-
-
-@dataclass(frozen=True)
-class TurnRun:
-    label: str
-    kind: str  # cold, suffix, edit, branch, second-process
-    prompt_tokens: int
-    reused: int
-    computed: int
-    dropped: int
-    ttft_ms: float
-    prefill_tps: float
-    decode_tps: float
-    generated: int
-    wall_ms: float
-    reply: str
-    correct: bool | None  # for a question with expected answers: the reply holds one
-    how: str  # what effctx did for the part it did not compute
-    control: ControlTurn | None = None
-
-    @property
-    def ratio(self) -> float | None:
-        """Control wall time over effctx's: above 1, effctx was faster."""
-        if self.control is None or self.wall_ms <= 0:
-            return None
-        return self.control.wall_ms / self.wall_ms
-
-    @property
-    def ttft_ratio(self) -> float | None:
-        if self.control is None or self.ttft_ms <= 0:
-            return None
-        return self.control.ttft_ms / self.ttft_ms
-
-    @property
-    def slower(self) -> bool:
-        return self.ratio is not None and self.ratio < 1 - SLOWER_TOLERANCE
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out.update(ratio=self.ratio, ttft_ratio=self.ttft_ratio, slower=self.slower)
-        return out
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-@dataclass(frozen=True)
-class WorkloadReport:
-    workload: str
-    digest: str
-    profile: str
-    backend: str
-    control_name: str | None
-    turns: tuple[TurnRun, ...]
-    accounting: tuple[str, ...] = field(default_factory=tuple)  # one line per turn whose counts did not add up
-
-    @property
-    def accounting_agrees(self) -> bool:
-        return not self.accounting
-
-    def of_kind(self, kind: str) -> list[TurnRun]:
-        return [t for t in self.turns if t.kind == kind]
-
-    def totals(self) -> dict[str, dict[str, float | None]]:
-        """The figures the seed asks for, effctx and control side by side (TTFT in ms,
-        except wall per turn)."""
-
-        def pair(turns: Sequence[TurnRun], wall: bool = False) -> dict[str, float | None]:
-            mine = _mean([t.wall_ms if wall else t.ttft_ms for t in turns])
-            theirs = _mean([(t.control.wall_ms if wall else t.control.ttft_ms) for t in turns if t.control])
-            return {"effctx": mine, "control": theirs if len([t for t in turns if t.control]) == len(turns) else None}
-
-        return {
-            "cold full prefill": pair(self.of_kind("cold")),
-            "warm same prefix (second process)": pair(self.of_kind("second-process")),
-            "warm changed suffix": pair(self.of_kind("suffix")),
-            "edited stable segment": pair(self.of_kind("edit")),
-            "branch": pair(self.of_kind("branch")),
-            "wall per turn": pair(list(self.turns), wall=True),
-        }
-
-    def curve(self) -> list[tuple[int, float, float | None]]:
-        """(tokens effctx computed, effctx TTFT, control TTFT) per turn, by size."""
-        return sorted((t.computed, t.ttft_ms, t.control.ttft_ms if t.control else None) for t in self.turns)
-
-    @property
-    def decode_tps(self) -> float | None:
-        return _mean([t.decode_tps for t in self.turns if t.generated > 1])
-
-    @property
-    def questions(self) -> list[TurnRun]:
-        return [t for t in self.turns if t.correct is not None]
-
-    def to_dict(self) -> dict:
-        return {
-            "workload": self.workload, "digest": self.digest, "profile": self.profile, "backend": self.backend,
-            "control": self.control_name, "turns": [t.to_dict() for t in self.turns],
-            "totals": self.totals(), "curve": [list(p) for p in self.curve()],
-            "accounting": {"agree": self.accounting_agrees, "problems": list(self.accounting)},
-            "slower_turns": [t.label for t in self.turns if t.slower],
-            "questions": {"asked": len(self.questions), "correct": sum(bool(t.correct) for t in self.questions)},
-        }
 
 
 class _Run:
@@ -340,30 +200,6 @@ class _Run:
 
 def workload_steps(workload: Workload) -> int:
     return len(workload.turns) + sum(len(b.turns) for b in workload.branches) + 1
-
-
-# Controls that can stand beside any llama.cpp cell: the server a user would run instead.
-CONTROL_BACKENDS = ("llama-server",)
-
-
-def control_baseline(model_path: Path, profile: Profile, control_backend: str | None) -> Baseline:
-    """The control of a run: the profile's own backend's (what its library does by
-    itself), or another backend's plain server on the profile's llama.cpp settings."""
-    if control_backend is None or control_backend == profile.backend:
-        return get_backend(profile.backend).baseline(model_path, profile)
-    if control_backend not in CONTROL_BACKENDS:
-        raise EffctxError(f"no {control_backend!r} control (there is: {', '.join(CONTROL_BACKENDS)})")
-    if profile.rpc_workers:
-        raise EffctxError(f"the {control_backend} control runs on this machine alone; profile {profile.name!r} "
-                          "runs on RPC workers")
-    try:
-        same = Profile(name=profile.name, description=profile.description, backend=control_backend,
-                       n_ctx=profile.n_ctx, n_batch=profile.n_batch, threads=profile.threads,
-                       kv_cache_type_k=profile.kv_cache_type_k, kv_cache_type_v=profile.kv_cache_type_v,
-                       flash_attn=profile.flash_attn, swa_full=profile.swa_full)
-    except EffctxError as exc:
-        raise EffctxError(f"the {control_backend} control cannot run profile {profile.name!r}'s settings: {exc}") from None
-    return get_backend(control_backend).baseline(model_path, same)
 
 
 def run_workload(model_path: Path, profile: Profile, workload: Workload, control: bool = True,
