@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from effctx_core.errors import EffctxError
 from effctx_core.residency.planners import POLICIES, policy_class
 
-BACKENDS = ("llama",)
 
 @dataclass(frozen=True)
 class ResidencyConfig:
