@@ -22,7 +22,7 @@ ProgressFn = Callable[[str, int, int], None]  # message, steps done, steps
 @dataclass(frozen=True)
 class CellBenchPlan:
     # Four rounds of 64 decoded tokens: with two rounds of 32 the decode ratio wandered
-    # by ±10% between runs on this 2-core machine; a full run takes about 25 s.
+    # by ±10% between runs on 2 CPU cores; a full run there takes about 25 s.
     prompt_tokens: int = 512
     decode_tokens: int = 64
     rounds: int = 4

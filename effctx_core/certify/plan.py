@@ -1,5 +1,5 @@
 """What a certification measures: the quick plan (a few minutes for the built-in cells on
-a 2-core machine) and the full one (every workload with its control, passkey lengths up
+2 CPU cores) and the full one (every workload with its control, passkey lengths up
 to what the cell allocates)."""
 
 from __future__ import annotations

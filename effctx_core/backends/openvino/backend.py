@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from effctx_core.profiles import Profile
     from effctx_core.residency.blocks import BlockTable
 
-# What a first open costs on this machine's 2 cores (the default model; measured 22-26 s,
+# What a first open costs on 2 CPU cores (the default model; measured 22-26 s,
 # 3.4 GB peak memory, 272 MiB of int8 weights).
 CONVERSION_COST = "converts the GGUF to OpenVINO IR {when} (about 25 s and 3.5 GB of memory for the default model)"
 

@@ -7,8 +7,8 @@ from typing import Sequence
 
 from effctx_core.contract import BaselineRun
 
-# Two runs of the same turn on this 2-core machine differ by a few percent: a turn counts
-# as slower than the control only beyond this.
+# Two runs of the same turn differ by a few percent (measured on 2 CPU cores): a turn
+# counts as slower than the control only beyond this.
 SLOWER_TOLERANCE = 0.05
 
 
@@ -91,8 +91,9 @@ class WorkloadReport:
         return [t for t in self.turns if t.kind == kind]
 
     def totals(self) -> dict[str, dict[str, float | None]]:
-        """The figures the seed asks for, effctx and control side by side (TTFT in ms,
-        except wall per turn)."""
+        """The mean time to first token of each kind of turn (cold, warm in a second
+        process, changed suffix, edited prefix, branch) and the mean wall time per turn,
+        in ms, effctx and control side by side."""
 
         def pair(turns: Sequence[TurnRun], wall: bool = False) -> dict[str, float | None]:
             mine = _mean([t.wall_ms if wall else t.ttft_ms for t in turns])

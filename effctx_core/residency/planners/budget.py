@@ -1,4 +1,4 @@
-"""`budget`: fit the tape to a token budget, after the seed's hot-set planner.
+"""`budget`: fit the tape to a token budget, keeping a hot set.
 
 Sink, recent and pinned blocks are kept first. The others are parked cold, in this order,
 until the rest fits: segment kind (tool output and chatter before the user's words, the
