@@ -8,30 +8,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from small_workload import SMALL_WORKLOAD
 
 from effctx_core.snapshots.tree_file import save_tree, write_tree_file
-
-EFFCTX = str(Path(sys.executable).with_name("effctx"))
-
-
-def effctx(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([EFFCTX, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
-
-
-def one_error_line(out: subprocess.CompletedProcess) -> str:
-    assert out.returncode == 2, out.stderr
-    assert "Traceback" not in out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr
-    assert lines[0].startswith("effctx: error: ")
-    return lines[0]
+from tests.helpers.cli import EFFCTX, effctx, one_error_line
+from tests.helpers.small_workload import SMALL_WORKLOAD
 
 
 @pytest.fixture

@@ -9,30 +9,24 @@ import sys
 from pathlib import Path
 
 import pytest
-from small_workload import write_small_workload
-from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.backends.registry import get_backend
 from effctx_core.certify import example_document, this_machine
 from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, cell_matrix
-from effctx_core.certify.plan import QUICK, CertifyPlan
+from effctx_core.certify.plan import QUICK
 from effctx_core.certify.runner import Certifier, cell_key
 from effctx_core.certify.schema import stage_problem
 from effctx_core.certify.store import CertificateStore
 from effctx_core.profiles import load_profile
+from tests.helpers.certify import tiny_plan
+from tests.helpers.small_workload import write_small_workload
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 
 
 def effctx(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([EFFCTX, *args], capture_output=True, text=True, timeout=300)
-
-
-def tiny_plan(workload: Path) -> CertifyPlan:
-    # Other load on a test machine moves engine/raw by more than the real gate allows, so
-    # the gate here only asks for a figure; test_quality_gates tests the gate itself.
-    return CertifyPlan(quick=True, lengths=(512,), depths=(0.5,), seeds=1, nll_chars=600, prompt_tokens=256,
-                       decode_tokens=16, rounds=2, workloads=(str(workload),), control=False, throughput_min_ratio=0.0)
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import jinja2
 import pytest
-from tiny_gguf import BOS_ID, EOS_ID, N_VOCAB, write_tiny_llama_gguf
 
 from effctx_core import transcript
 from effctx_core.contract import DecodeConfig, ModelFacts
 from effctx_core.engine import SessionEngine, TurnResult
 from effctx_core.profiles import Profile
 from effctx_core.transcript import PLAIN_TRANSCRIPT, TemplateFormat, chat_format_for, chat_format_report
+from tests.helpers.tiny_gguf import BOS_ID, EOS_ID, N_VOCAB, write_tiny_llama_gguf
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"

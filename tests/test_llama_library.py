@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_bad_input import effctx, one_error_line
-from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.backends import llama_cpp_build
 from effctx_core.backends.llama.binding import BUILD, llama_cpp
+from tests.helpers.cli import effctx, one_error_line
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 NO_BUILD_HERE = "effctx loads llama.cpp from its own build, which is not there"
 HOW = "run `make llama-cpp` (or `effctx runtime build`)"

@@ -25,8 +25,6 @@ from typing import Iterator
 
 import numpy as np
 import pytest
-from test_bad_input import effctx, one_error_line
-from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.backends.llama.backend import LlamaBackend
 from effctx_core.backends.llama.rpc_endpoints import free_port
@@ -39,6 +37,8 @@ from effctx_core.contract import DecodeConfig, SessionSnapshot
 from effctx_core.errors import BackendUnavailableError, EffctxError, SessionFatalError
 from effctx_core.models import prepare_default_model
 from effctx_core.profiles import Profile, ProfileError, profile_from_toml
+from tests.helpers.cli import effctx, one_error_line
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 BUILD = find_build()
 needs_build = pytest.mark.skipif(BUILD is None, reason="llama-server is not built here "
@@ -470,11 +470,10 @@ def test_the_cli_ends_a_bad_server_in_one_line_and_exit_2(tmp_path):
 
 @needs_build
 def test_a_llama_cell_runs_beside_the_llama_server_control(model, tmp_path):
-    from small_workload import write_small_workload
-
     from effctx_core.bench.workload_run import run_workload
     from effctx_core.bench.workloads import load_workload
     from effctx_core.profiles import load_profile
+    from tests.helpers.small_workload import write_small_workload
 
     workload = load_workload(str(write_small_workload(tmp_path)))
     report = run_workload(model, load_profile("exact").with_changes(threads=1), workload,

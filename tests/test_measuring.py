@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from small_workload import write_small_workload
-from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.backends.registry import get_backend
 from effctx_core.bench.measuring import Watch, others, registry_dir
@@ -23,6 +21,8 @@ from effctx_core.certify.plan import CertifyPlan
 from effctx_core.certify.runner import Certifier, MeasurementOverlap, cell_key
 from effctx_core.certify.store import CertificateStore
 from effctx_core.profiles import load_profile
+from tests.helpers.small_workload import write_small_workload
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 

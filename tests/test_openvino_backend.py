@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.backends.openvino.backend import OpenVINOBackend
 from effctx_core.backends.openvino.capacity import block_bytes
@@ -22,6 +21,7 @@ from effctx_core.contract import DecodeConfig
 from effctx_core.events.reader import read_trace
 from effctx_core.events.trace import RuntimeCounted
 from effctx_core.profiles import Profile, ProfileError, load_profile, profile_from_toml
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 BACKEND = OpenVINOBackend()

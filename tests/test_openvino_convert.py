@@ -18,11 +18,11 @@ import gguf
 import numpy as np
 import openvino as ov
 import pytest
-from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.backends.llama.binding import llama_cpp
 from effctx_core.backends.openvino.convert import ConversionError, convert_gguf, converted_dir
 from effctx_core.models import sha256_file
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.contract import DecodeConfig, RuntimeEviction
 from effctx_core.engine import SessionEngine
@@ -15,6 +14,7 @@ from effctx_core.profiles import Profile
 from effctx_core.residency import MODELED, BlockClass
 from effctx_core.residency.blocks import BlockTable, Segment
 from effctx_core.residency.modeled import modeled_table
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 EVICTION = RuntimeEviction("test eviction", start_tokens=32, recent_tokens=64, max_tokens=160, block_tokens=32)
 

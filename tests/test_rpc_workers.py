@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from test_bad_input import effctx, one_error_line
 
 from effctx_core.backends.llama.backend import LlamaBackend
 from effctx_core.backends.llama.rpc_endpoints import PROTOCOL, free_port, say_hello
@@ -31,6 +30,7 @@ from effctx_core.contract import DecodeConfig
 from effctx_core.errors import EffctxError, RpcWorkerError
 from effctx_core.models import prepare_default_model
 from effctx_core.profiles import Profile, ProfileError, profile_from_toml
+from tests.helpers.cli import effctx, one_error_line
 
 BUILD = find_build()
 needs_build = pytest.mark.skipif(BUILD is None, reason="effctx's llama.cpp build with RPC is not there "
@@ -427,12 +427,11 @@ def test_a_local_cell_has_no_state_costs_to_weigh(model):
 
 @needs_build
 def test_the_certificate_of_a_cell_on_workers_says_what_runs_where_and_what_states_cost(model, tmp_path):
-    from small_workload import write_small_workload
-    from test_certify import tiny_plan
-
     from effctx_core.certify.runner import Certifier
     from effctx_core.certify.schema import first_problem
     from effctx_core.certify.store import CertificateStore
+    from tests.helpers.certify import tiny_plan
+    from tests.helpers.small_workload import write_small_workload
 
     (tmp_path / "workload").mkdir()
     plan = tiny_plan(write_small_workload(tmp_path / "workload"))

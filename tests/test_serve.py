@@ -13,10 +13,10 @@ import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import headless_chromium
 import pytest
 
 from effctx_tui import serve as serve_mod
+from tests.helpers import headless_chromium
 
 _CSI = re.compile(r"\x1b(\[[0-9;?$]*[A-Za-z]|\][^\x07]*\x07)")
 

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from identities import identity
 
 from effctx_core.contract import SessionSnapshot
 from effctx_core.snapshots import (
@@ -30,6 +29,7 @@ from effctx_core.snapshots import (
     save_snapshot,
 )
 from effctx_core.snapshots.blobfile import BlobDamage, read_blob
+from tests.helpers.identities import identity
 
 REPO = str(Path(__file__).resolve().parents[1])
 CHILD_ENV = {**os.environ, "PYTHONPATH": REPO}

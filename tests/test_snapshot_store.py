@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from identities import identity
 
 from effctx_core.cli import snapshots as snapshots_command
 from effctx_core.cli.options import OneLineParser
@@ -40,6 +39,7 @@ from effctx_core.snapshots import (
 )
 from effctx_core.snapshots.blobfile import HEADER_BYTES
 from effctx_core.snapshots.budget import BUDGET_CAP, BUDGET_FLOOR, default_budget
+from tests.helpers.identities import identity
 
 T0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
 

@@ -9,7 +9,9 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
-from tiny_gguf import (
+
+from effctx_core.backends.llama.binding import llama_cpp
+from tests.helpers.tiny_gguf import (
     BOS_ID,
     N_EMBD,
     N_HEAD,
@@ -18,8 +20,6 @@ from tiny_gguf import (
     N_VOCAB,
     write_tiny_llama_gguf,
 )
-
-from effctx_core.backends.llama.binding import llama_cpp
 
 Llama = llama_cpp.Llama
 LogitsProcessorList = llama_cpp.LogitsProcessorList

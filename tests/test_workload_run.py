@@ -4,11 +4,11 @@ real default model (llama.cpp, and openvino-genai's paged pipeline)."""
 from __future__ import annotations
 
 import pytest
-from small_workload import write_small_workload
 
 from effctx_core.bench.workload_run import run_workload
 from effctx_core.bench.workloads import load_workload
 from effctx_core.profiles import load_profile
+from tests.helpers.small_workload import write_small_workload
 
 
 @pytest.fixture(scope="module")

@@ -14,19 +14,16 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from tiny_gguf import write_tiny_llama_gguf
 
 from effctx_core.backends.registry import BACKENDS, contract_variants, get_backend
-from effctx_core.contract import Backend, Capability, Session
+from effctx_core.contract import Backend, Session
 from effctx_core.errors import BackendUnavailableError, ModelFileError
 from effctx_core.models import prepare_default_model
 from effctx_core.profiles import Profile
+from tests.helpers.contract import N_BATCH, N_CTX
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 MODELS = ("default", "tiny")
-
-# Short enough to keep the suite fast, long enough for several prefill chunks.
-N_CTX = 512
-N_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -105,21 +102,3 @@ def session(cell: CellUnderTest) -> Iterator[Session]:
 def fresh(session: Session) -> Session:
     session.ensure_prefix([])
     return session
-
-
-def require(capability: Capability, name: str) -> None:
-    """Skip unless the backend claims the capability, naming it and the backend's reason."""
-    if not capability.supported:
-        pytest.skip(f"needs {name}: {capability.reason}")
-
-
-def words(session: Session, n_tokens: int, seed: int = 0) -> list[int]:
-    """About n_tokens tokens of ordinary text, without BOS, the same on every backend."""
-    vocabulary = ("the quick brown fox jumps over the lazy dog and then it runs far away into the green "
-                  "field where the sun is warm and the sky is blue").split()
-    out: list[int] = []
-    i = seed
-    while len(out) < n_tokens:
-        out += session.tokenize(" " + vocabulary[i % len(vocabulary)], False)
-        i += 7
-    return out[:n_tokens]

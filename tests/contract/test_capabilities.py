@@ -4,13 +4,13 @@ the capability's reason, never faked."""
 from __future__ import annotations
 
 import pytest
-from conftest import require, words
 
 from effctx_core.backends.registry import quantized_kv_types
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.errors import UnsupportedFeatureError
 from effctx_core.residency.config import ResidencyConfig
+from tests.helpers.contract import require, words
 
 STREAMING = ResidencyConfig(policy="streaming", sink_tokens=32, recent_tokens=192, budget=256, block_size=32,
                             slide_tokens=32)

@@ -4,10 +4,10 @@ with the backend's own counts, and a cancel between two prefill chunks."""
 from __future__ import annotations
 
 import pytest
-from conftest import N_BATCH, words
 
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
+from tests.helpers.contract import N_BATCH, words
 
 
 @pytest.fixture(scope="module")

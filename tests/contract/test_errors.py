@@ -4,10 +4,10 @@ session refuses work until it is reopened; a file that is not a model is one lin
 from __future__ import annotations
 
 import pytest
-from conftest import require, words
 
 from effctx_core.contract import DecodeConfig, SessionSnapshot
 from effctx_core.errors import ContextOverflowError, EffctxError, ModelFileError, SessionFatalError
+from tests.helpers.contract import require, words
 
 
 def test_a_suffix_past_n_ctx_is_an_overflow_with_its_numbers_and_changes_nothing(fresh):

@@ -3,9 +3,8 @@ and says why with a structured cause."""
 
 from __future__ import annotations
 
-from conftest import words
-
 from effctx_core.contract import PrefixCause
+from tests.helpers.contract import words
 
 
 def test_an_empty_cache_prefills_the_whole_prefix(fresh):

@@ -12,10 +12,10 @@ from typing import Iterator
 
 import numpy as np
 import pytest
-from conftest import require, words
 
 from effctx_core.contract import DecodeConfig, PrefillProgress, Session
 from effctx_core.errors import UnsupportedFeatureError
+from tests.helpers.contract import require, words
 
 GREEDY = DecodeConfig(max_tokens=4)
 

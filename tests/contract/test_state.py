@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import require, words
 
 from effctx_core.contract import DecodeConfig, SessionSnapshot
 from effctx_core.errors import IdentityMismatchError
+from tests.helpers.contract import require, words
 
 GREEDY = DecodeConfig(max_tokens=6)
 

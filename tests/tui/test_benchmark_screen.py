@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pilot_wait import wait_for
-from small_workload import write_small_workload
 from textual import events
 from textual.widgets import DataTable, ProgressBar, Static
 from textual_plotext import PlotextPlot
@@ -15,6 +13,8 @@ from effctx_core.bench.cell import CellBenchPlan
 from effctx_core.bench.workload_text import turn_cells
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.benchmark import BenchmarkScreen
+from tests.helpers.pilot_wait import wait_for
+from tests.helpers.small_workload import write_small_workload
 
 SMALL = CellBenchPlan(prompt_tokens=128, decode_tokens=8, rounds=1, passkey_tokens=384, depths=(0.5,))
 

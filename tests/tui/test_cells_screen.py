@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pilot_wait import wait_for
 from textual import events
 from textual.widgets import DataTable, Input, ProgressBar, Static
 
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.cells import CellsScreen
+from tests.helpers.pilot_wait import wait_for
 
 
 async def _cells_after_one_turn(pilot, app: EffctxApp) -> tuple[CellsScreen, tuple[int, ...]]:
@@ -100,7 +100,7 @@ async def test_a_conversation_swaps_llama_to_openvino_to_llama_with_its_tape(def
 
 
 async def test_a_cell_that_must_convert_first_says_what_it_costs_and_waits_for_a_second_enter(tmp_path, monkeypatch):
-    from tiny_gguf import write_tiny_llama_gguf
+    from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # nothing converted yet
     # trained for 8192 tokens: the built-in profiles hold 4096

@@ -6,11 +6,11 @@ from __future__ import annotations
 from textual.app import App
 from textual.widgets import Footer, Input, Static
 from textual.widgets._footer import FooterKey
-from theme_fixtures import SIZE, StripApp, ThemedResidencyApp, config_home  # noqa: F401 - fixture
 
 from effctx_tui.console import ConsoleApp
 from effctx_tui.screens.help import HelpScreen
 from effctx_tui.screens.session import SessionScreen
+from tests.helpers.theme_fixtures import SIZE, StripApp, ThemedResidencyApp, config_home  # noqa: F401 - fixture
 
 
 class SessionApp(ConsoleApp):

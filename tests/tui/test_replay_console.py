@@ -7,7 +7,6 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from pilot_wait import wait_for
 from textual.widgets import Input
 
 from effctx_core.events.reader import read_trace
@@ -15,6 +14,7 @@ from effctx_core.residency import BlockClass
 from effctx_tui.app import EffctxApp
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.transcript import Transcript
+from tests.helpers.pilot_wait import wait_for
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 

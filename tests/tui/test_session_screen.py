@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-from pilot_wait import until, wait_for
 from textual import events
 from textual.widgets import Input, ProgressBar
 
@@ -15,6 +14,7 @@ from effctx_core.snapshots.tree_file import list_sessions
 from effctx_tui.app import EffctxApp
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
+from tests.helpers.pilot_wait import until, wait_for
 
 
 def status_text(screen) -> str:

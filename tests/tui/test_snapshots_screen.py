@@ -10,8 +10,6 @@ opening "\\nUser:", which the tape keeps) then "What is two plus two?" (24 token
 from __future__ import annotations
 
 import pytest
-from pilot_wait import wait_for
-from snapshot_fixtures import SnapshotsApp
 from textual.command import CommandList
 from textual.widgets import Input
 
@@ -23,6 +21,8 @@ from effctx_tui.screens.snapshots import SnapshotsScreen
 from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, state_size
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
+from tests.helpers.pilot_wait import wait_for
+from tests.helpers.snapshot_fixtures import SnapshotsApp
 
 HELLO, TWO_PLUS_TWO, JOKE = "Hello", "What is two plus two?", "Tell me a joke"
 

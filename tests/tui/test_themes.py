@@ -6,17 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pilot_wait import wait_for
 from textual.color import Color
 from textual.command import CommandList
 from textual.geometry import Region
-from theme_fixtures import (  # noqa: F401 - config_home is a fixture
-    SIZE,
-    StripApp,
-    ThemedResidencyApp,
-    ThemedSnapshotsApp,
-    config_home,
-)
 
 from effctx_tui.themes import ThemeFileError, builtin_theme_files, load_theme_file, load_themes
 from effctx_tui.widgets.block_inspector import BlockInspector, block_rows
@@ -24,6 +16,14 @@ from effctx_tui.widgets.residency_palette import theme_variables
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.residency_view import ResidencyView
 from effctx_tui.widgets.snapshot_tree import SnapshotTreeView
+from tests.helpers.pilot_wait import wait_for
+from tests.helpers.theme_fixtures import (  # noqa: F401 - config_home is a fixture
+    SIZE,
+    StripApp,
+    ThemedResidencyApp,
+    ThemedSnapshotsApp,
+    config_home,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

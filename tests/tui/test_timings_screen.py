@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 
-from pilot_wait import wait_for
 from rich.console import Console
 from textual.app import App
 from textual.widgets import Static
@@ -24,6 +23,7 @@ from effctx_core.events.timeline import Timeline
 from effctx_core.events.trace import PrefillChunk, PrefixChecked, TokenDecoded, TurnFinished, TurnStarted
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.timings import TimingsScreen
+from tests.helpers.pilot_wait import wait_for
 
 SIZE = (140, 44)
 WORDS = ["the ", "cat ", "sat ", "on ", "a ", "mat ", "under ", "sun "]

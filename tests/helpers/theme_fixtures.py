@@ -1,13 +1,11 @@
 """Apps for the look-and-feel tests: ConsoleApp (themes, help, palette) over the fixed
-residency tape of test_residency_screen or the hand-made snapshot tree of
+residency tape of residency_tape or the hand-made snapshot tree of
 snapshot_fixtures, with the user config dir in a temporary folder so no test reads or
 writes the real settings."""
 
 from __future__ import annotations
 
 import pytest
-from snapshot_fixtures import fake_detokenize, fixed_restores, fixed_tree
-from test_residency_screen import SIZE, planned_tape
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer
@@ -17,6 +15,8 @@ from effctx_tui.console import ConsoleApp
 from effctx_tui.screens.residency import ResidencyScreen
 from effctx_tui.screens.snapshots import SnapshotsScreen
 from effctx_tui.widgets.residency_strip import ResidencyStrip
+from tests.helpers.residency_tape import SIZE, planned_tape
+from tests.helpers.snapshot_fixtures import fake_detokenize, fixed_restores, fixed_tree
 
 __all__ = ["SIZE", "config_home", "StripApp", "ThemedResidencyApp", "ThemedSnapshotsApp"]
 

@@ -1,0 +1,1 @@
+"""The cell contract's conformance suite."""

@@ -1,0 +1,1 @@
+"""The console's tests, driven with Textual's Pilot, and its SVG baselines."""
