@@ -23,6 +23,12 @@ run: model llama-cpp-libs
 test: lint model llama-cpp
 	$(BIN)/python -m pytest -q
 
+# The suite less the tests that load a model (marked `model`: tests/conftest.py says which),
+# for a quick check between edits; `make test` still runs everything.
+.PHONY: test-fast
+test-fast: llama-cpp-libs
+	$(BIN)/python -m pytest -q -m "not model"
+
 # The layers (import-linter contracts), lint (ruff) and types (mypy on effctx_core);
 # their settings are in pyproject.toml.
 lint: $(STAMP)

@@ -18,6 +18,23 @@ def pytest_configure(config) -> None:
         pytest.exit(str(exc), returncode=2)
 
 
+# The fixtures that hand a test a model to load, by name: the default model (default_model,
+# here; model in test_llama_server and test_rpc_workers), a generated tiny GGUF
+# (tiny_model in tests/contract and test_measuring; tiny in the OpenVINO and modeled
+# residency tests; model_path and llm in test_tiny_gguf; two_turns in test_chat_template)
+# and the conformance suite's cells (cell). A test that uses one, directly or through
+# another fixture, is marked `model`; a test that loads a model some other way (a tiny GGUF
+# written in the test) carries @pytest.mark.model itself. `make test-fast` runs the rest:
+# pytest -m "not model".
+MODEL_FIXTURES = frozenset({"default_model", "model", "tiny_model", "tiny", "model_path", "llm", "two_turns", "cell"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
 @pytest.fixture(scope="session")
 def default_model() -> Path:
     """The embedded Gemma 3 270M, assembled once (make test prepares it beforehand)."""

@@ -97,6 +97,7 @@ def test_a_certificate_from_another_machine_does_not_count_here(exact, default_m
                                                    "(Other CPU, 64 cores); run `effctx certify --profile exact`")
 
 
+@pytest.mark.model
 def test_a_random_weight_model_fails_the_passkey_gate_and_says_so(tmp_path, plan):
     model = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
     store = CertificateStore(tmp_path / "certificates")
@@ -122,6 +123,7 @@ def test_a_stopped_certification_resumes_from_the_stages_it_finished(default_mod
     assert not list((tmp_path / "partial").iterdir())
 
 
+@pytest.mark.model
 def test_every_stage_a_certification_saves_passes_the_stage_check_and_is_resumed(tmp_path, plan):
     model = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
     store = CertificateStore(tmp_path / "certificates")
@@ -142,6 +144,7 @@ def test_every_stage_a_certification_saves_passes_the_stage_check_and_is_resumed
     assert (resumed.resumed, notes) == (("nll", "passkey", "throughput", "workload:small"), [])
 
 
+@pytest.mark.model
 def test_a_damaged_saved_stage_is_said_in_one_line_and_measured_again(tmp_path):
     # Room for the agent loop in the tiny model's tokens, and a model trained for as many.
     model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", n_ctx_train=16384)

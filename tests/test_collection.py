@@ -13,8 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("folders", [("tests/tui", "tests/contract"), ("tests/contract", "tests/tui"),
-                                     ("tests/contract",)], ids=" + ".join)
+@pytest.mark.parametrize("folders", [("tests/tui", "tests/contract"), ("tests/contract",)], ids=" + ".join)
 def test_folders_collect_in_any_combination(folders):
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *folders],
                          cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -362,6 +362,7 @@ def test_a_slot_file_the_server_refuses_leaves_the_session_as_it_was(attached):
 
 
 @needs_build
+@pytest.mark.model
 def test_replies_and_scores_match_the_llama_backend_token_for_token(tmp_path):
     """The tiny model's random weights decode byte tokens that end inside a UTF-8
     character, which the server streams without their ids: the reply still matches

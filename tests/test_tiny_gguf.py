@@ -101,6 +101,7 @@ def test_llama_cpp_reads_the_tiny_hyper_parameters(llm: Llama) -> None:
     assert llm.metadata["general.name"] == "tiny-llama-test"
 
 
+@pytest.mark.model
 def test_n_ctx_train_is_the_advertised_training_context(tmp_path: Path) -> None:
     path = write_tiny_llama_gguf(tmp_path / "short.gguf", n_ctx_train=512)
     llm = _load(path)  # not vocab_only: that skips the hyper-parameters and reports 0
@@ -148,6 +149,7 @@ def test_a_different_seed_writes_a_different_file(model_path: Path, tmp_path: Pa
     assert _digest(write_tiny_llama_gguf(tmp_path / "seed1.gguf", seed=1)) != _digest(model_path)
 
 
+@pytest.mark.model
 def test_the_chat_template_is_read_back_as_metadata(tmp_path: Path) -> None:
     llm = _load(write_tiny_llama_gguf(tmp_path / "chat.gguf", chat_template=TEMPLATE))
     try:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from textual import events
 from textual.widgets import DataTable, Input, ProgressBar, Static
 
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.cells import CellsScreen
 from tests.helpers.pilot_wait import wait_for
+
+pytestmark = pytest.mark.model
 
 
 async def _cells_after_one_turn(pilot, app: EffctxApp) -> tuple[CellsScreen, tuple[int, ...]]:
