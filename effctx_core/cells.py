@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from effctx_core.backends.registry import REGISTRY, get_backend
+from effctx_core.backends.profile_loader import available_profiles, legacy_settings, load_profile
+from effctx_core.backends.registry import BACKENDS, get_backend
 from effctx_core.contract import Backend, ModelInfo
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
-from effctx_core.profiles import Profile, available_profiles, load_profile
+from effctx_core.profiles import Profile
 from effctx_core.residency.config import ResidencyConfig
 from effctx_core.residency.planners import check_planner, planner_caps
 
@@ -51,8 +52,10 @@ class Cell:
             })
         if self.profile_record is not None:
             p = self.profile_record
+            legacy = legacy_settings(p)
             out["settings"] = {"kv_cache_type_k": p.kv_cache_type_k, "kv_cache_type_v": p.kv_cache_type_v,
-                               "flash_attn": p.flash_attn, "swa_full": p.swa_full, "policy": p.residency.policy}
+                               "flash_attn": legacy["flash_attn"], "swa_full": legacy["swa_full"],
+                               "policy": p.residency.policy}
         return out
 
 
@@ -61,7 +64,7 @@ UNKNOWN_DEVICE = "-"
 
 def list_cells(model_path: Path, model_name: str) -> list[Cell]:
     """Every profile on every backend of the registry, described by the backend itself; a
-    backend this build does not ship is one cell that says so."""
+    profile that cannot be read is one cell that says why."""
     profiles: list[tuple[str, Profile | EffctxError]] = []
     for name, source in available_profiles().items():
         try:
@@ -69,15 +72,12 @@ def list_cells(model_path: Path, model_name: str) -> list[Cell]:
         except EffctxError as exc:
             profiles.append((name, exc))
     cells = []
-    for entry in REGISTRY.values():
-        if entry.available:
-            backend = get_backend(entry.name)
-            cells += [_cell(backend, name, profile, model_path, model_name) for name, profile in profiles
-                      if isinstance(profile, Profile) and profile.backend == entry.name]
+    for backend_name in BACKENDS:
+        backend = get_backend(backend_name)
+        cells += [_cell(backend, name, profile, model_path, model_name) for name, profile in profiles
+                  if isinstance(profile, Profile) and profile.backend == backend_name]
     cells += [Cell("-", name, UNKNOWN_DEVICE, model_name, False, str(p)) for name, p in profiles
               if isinstance(p, EffctxError)]
-    cells += [Cell(e.name, "-", UNKNOWN_DEVICE, model_name, False, e.missing) for e in REGISTRY.values()
-              if not e.available]
     return cells
 
 

@@ -43,7 +43,7 @@ async def _measure(prompt_tokens: int) -> dict:
     from textual import events
     from textual.widgets import Input, ProgressBar
 
-    from effctx_core.profiles import load_profile
+    from effctx_core.backends.profile_loader import load_profile
     from effctx_tui.app import EffctxApp
 
     profile = load_profile(None).with_changes(n_ctx=max(10240, prompt_tokens + 2048))

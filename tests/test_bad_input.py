@@ -377,7 +377,7 @@ def test_a_damaged_session_is_moved_aside_and_never_written_over(tmp_path):
 
 
 def test_a_streaming_profile_with_only_the_policy_is_valid(tmp_path):
-    from effctx_core.profiles import load_profile
+    from effctx_core.backends.profile_loader import load_profile
 
     path = tmp_path / "s.toml"
     path.write_text('[residency]\npolicy = "streaming"\n')

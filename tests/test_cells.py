@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine, SwapCancelled
-from effctx_core.profiles import load_profile
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.backends.registry import get_backend
 from effctx_core.certify import example_document, this_machine
 from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, cell_matrix
@@ -17,7 +18,6 @@ from effctx_core.certify.plan import QUICK
 from effctx_core.certify.runner import Certifier, cell_key
 from effctx_core.certify.schema import stage_problem
 from effctx_core.certify.store import CertificateStore
-from effctx_core.profiles import load_profile
 from tests.helpers.certify import tiny_plan
 from tests.helpers.small_workload import write_small_workload
 from tests.helpers.tiny_gguf import write_tiny_llama_gguf

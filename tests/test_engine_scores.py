@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import ScoreResult, SessionEngine
 from effctx_core.events.trace import PrefillChunk
-from effctx_core.profiles import load_profile
 
 # Plain English prose that every Debian-based system ships (base-files).
 REFERENCE = Path("/usr/share/common-licenses/GPL-3")

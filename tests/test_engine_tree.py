@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
-from effctx_core.profiles import load_profile
 from effctx_core.snapshots import SnapshotStore
 
 PROFILE = load_profile("exact").with_changes(n_ctx=1024)

@@ -32,11 +32,13 @@ from effctx_core.backends.llama_cpp_build import find_build
 from effctx_core.backends.llama_server.backend import LlamaServerBackend
 from effctx_core.backends.llama_server.client import ServerClient, ServerError
 from effctx_core.backends.llama_server.process import ServerStartError, start_server, user_server
+from effctx_core.backends.llama_server.settings import LlamaServerOptions
 from effctx_core.backends.llama_server.slots import Slot, SlotFileError
+from effctx_core.backends.profile_loader import profile_from_toml
 from effctx_core.contract import DecodeConfig, SessionSnapshot
 from effctx_core.errors import BackendUnavailableError, EffctxError, SessionFatalError
 from effctx_core.models import prepare_default_model
-from effctx_core.profiles import Profile, ProfileError, profile_from_toml
+from effctx_core.profiles import Profile, ProfileError
 from tests.helpers.cli import effctx, one_error_line
 from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
@@ -47,13 +49,14 @@ BACKEND = LlamaServerBackend()
 GREEDY = DecodeConfig(max_tokens=8)
 # The attached server's settings, which an attaching profile states. One thread: two
 # spinning llama.cpp threads slow down a hundredfold while another test run has a core.
-SERVER_SETTINGS = {"n_ctx": 512, "n_batch": 64, "threads": 1, "flash_attn": True, "kv_cache_type_k": "q8_0",
-                   "kv_cache_type_v": "q8_0"}
-STARTED = Profile(name="started", backend="llama-server", n_ctx=512, n_batch=64, threads=1)
+SERVER_SETTINGS = {"n_ctx": 512, "n_batch": 64, "threads": 1, "kv_cache_type_k": "q8_0", "kv_cache_type_v": "q8_0"}
+STARTED = Profile(name="started", backend="llama-server", n_ctx=512, n_batch=64, threads=1,
+                  backend_options=LlamaServerOptions())
 
 
-def server_profile(**changes) -> Profile:
-    return Profile(name="server-test", backend="llama-server", **{**SERVER_SETTINGS, **changes})
+def server_profile(**table) -> Profile:
+    return Profile(name="server-test", backend="llama-server", **SERVER_SETTINGS,
+                   backend_options=LlamaServerOptions(flash_attn=True, **table))
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +80,7 @@ def server(model) -> Iterator[UserServer]:
 
 
 def attach_profile(server, **table) -> Profile:
-    options = {"server_url": server.url, "slot_dir": str(server.slot_dir), **table}
-    return server_profile(options=tuple(sorted(options.items())))
+    return server_profile(server_url=server.url, slot_dir=str(server.slot_dir), **table)
 
 
 @pytest.fixture
@@ -103,10 +105,10 @@ def metric(client: ServerClient, name: str) -> float:
 
 
 def test_the_built_in_profile_runs_on_llama_server():
-    from effctx_core.profiles import load_profile
+    from effctx_core.backends.profile_loader import load_profile
 
     profile = load_profile("llama-server")
-    assert (profile.backend, profile.swa_full, profile.options) == ("llama-server", True, ())
+    assert (profile.backend, profile.backend_options.swa_full, profile.backend_options.server_url) == ("llama-server", True, "")
 
 
 @pytest.mark.parametrize("table, message", [
@@ -128,7 +130,7 @@ def test_a_bad_server_table_is_refused_in_one_line(table, message):
 def test_a_remote_server_is_accepted_only_when_the_profile_trusts_it():
     profile = profile_from_toml('backend = "llama-server"\n[llama-server]\nserver_url = "http://10.1.2.3:8080"\n'
                                 'allow_remote = true\ntimeout_s = 5\n', "p", "p.toml")
-    assert dict(profile.options)["allow_remote"] is True
+    assert profile.backend_options.allow_remote is True
     assert BACKEND.unavailable(profile) is None  # attached: no build needed
 
 
@@ -249,7 +251,7 @@ def test_each_attached_session_has_a_slot_to_itself(model, server, attached):
 
 @needs_build
 def test_an_attached_session_without_slot_dir_says_it_has_no_snapshots(model, server):
-    session = BACKEND.open(model, server_profile(options=(("server_url", server.url),)))
+    session = BACKEND.open(model, server_profile(server_url=server.url))
     try:
         claim = session.info.capabilities.state_snapshot
         assert not claim.supported and "slot_dir" in claim.reason
@@ -429,7 +431,7 @@ def asleep(handler) -> None:
 
 def remote_profile(url: str, **table) -> Profile:
     return Profile(name="attach", backend="llama-server", n_ctx=512,
-                   options=tuple(sorted({"server_url": url, **table}.items())))
+                   backend_options=LlamaServerOptions(server_url=url, **table))
 
 
 def test_an_unreachable_server_is_one_typed_line(model):
@@ -471,9 +473,9 @@ def test_the_cli_ends_a_bad_server_in_one_line_and_exit_2(tmp_path):
 
 @needs_build
 def test_a_llama_cell_runs_beside_the_llama_server_control(model, tmp_path):
+    from effctx_core.backends.profile_loader import load_profile
     from effctx_core.bench.workload_run import run_workload
     from effctx_core.bench.workloads import load_workload
-    from effctx_core.profiles import load_profile
     from tests.helpers.small_workload import write_small_workload
 
     workload = load_workload(str(write_small_workload(tmp_path)))
@@ -484,8 +486,8 @@ def test_a_llama_cell_runs_beside_the_llama_server_control(model, tmp_path):
 
 
 def test_the_llama_server_control_takes_only_llama_cpp_settings(model):
+    from effctx_core.backends.profile_loader import load_profile
     from effctx_core.bench.workload_run import control_baseline
-    from effctx_core.profiles import load_profile
 
     with pytest.raises(EffctxError, match="llama-server control cannot run profile 'ov-evict'.*u8") as caught:
         control_baseline(model, load_profile("ov-evict"), "llama-server")

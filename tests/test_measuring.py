@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.backends.registry import get_backend
 from effctx_core.bench.measuring import Watch, others, registry_dir
 from effctx_core.certify.hardware import this_machine
 from effctx_core.certify.plan import CertifyPlan
 from effctx_core.certify.runner import Certifier, MeasurementOverlap, cell_key
 from effctx_core.certify.store import CertificateStore
-from effctx_core.profiles import load_profile
 from tests.helpers.small_workload import write_small_workload
 from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
@@ -46,7 +46,7 @@ from pathlib import Path
 from effctx_core.certify.plan import QUICK
 from effctx_core.certify.runner import Certifier
 from effctx_core.certify.store import CertificateStore
-from effctx_core.profiles import load_profile
+from effctx_core.backends.profile_loader import load_profile
 profile = load_profile("exact").with_changes(n_ctx=int(sys.argv[3]))
 with Certifier(Path(sys.argv[1]), CertificateStore(), QUICK).holding(profile, sys.argv[2]) as me:
     print(json.dumps({"pid": me.pid, "since": me.since}), flush=True)

@@ -16,11 +16,12 @@ from effctx_core.backends.openvino.capacity import block_bytes
 from effctx_core.backends.openvino.convert import MANIFEST
 from effctx_core.backends.openvino.paged import OpenVINOPagedSession
 from effctx_core.backends.openvino.runtime import converted
-from effctx_core.backends.openvino.settings import options_of
+from effctx_core.backends.openvino.settings import OpenVINOOptions, options_of
+from effctx_core.backends.profile_loader import load_profile, profile_from_toml
 from effctx_core.contract import DecodeConfig
 from effctx_core.events.reader import read_trace
 from effctx_core.events.trace import RuntimeCounted
-from effctx_core.profiles import Profile, ProfileError, load_profile, profile_from_toml
+from effctx_core.profiles import Profile, ProfileError
 from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
@@ -34,7 +35,7 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def ov_profile(**options: object) -> Profile:
-    return Profile(name="t", backend="openvino", n_ctx=256, n_batch=64, options=tuple(sorted(options.items())))
+    return Profile(name="t", backend="openvino", n_ctx=256, n_batch=64, backend_options=OpenVINOOptions(**options))
 
 
 @pytest.mark.parametrize("toml, message", [

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import PrefillCancelled, SessionEngine
-from effctx_core.profiles import load_profile
 from effctx_core.snapshots import SnapshotStore
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))

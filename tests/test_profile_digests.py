@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.certify.runner import profile_digest
 from effctx_core.identity import RuntimeIdentity
-from effctx_core.profiles import load_profile
 
 # name -> (runtime identity digest, certificate profile digest), first 16 hex digits.
 HELD = {

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from effctx_core.backends.llama.backend import LlamaBackend
-from effctx_core.profiles import ProfileError, available_profiles, load_profile, profile_from_toml
+from effctx_core.backends.profile_loader import available_profiles, load_profile, profile_from_toml
+from effctx_core.profiles import ProfileError
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 
@@ -18,10 +19,10 @@ EFFCTX = str(Path(sys.executable).with_name("effctx"))
 def test_the_built_in_profiles_are_there_and_valid():
     assert {"exact", "fast-long", "q8", "streaming"} <= set(available_profiles())
     exact, fast, q8, streaming = (load_profile(n) for n in ("exact", "fast-long", "q8", "streaming"))
-    assert (exact.flash_attn, exact.kv_cache_type_k, exact.kv_cache_type_v) == (False, "f16", "f16")
-    assert (fast.flash_attn, fast.swa_full) == (True, False)
-    assert (q8.kv_cache_type_k, q8.kv_cache_type_v, q8.flash_attn) == ("q8_0", "q8_0", True)
-    assert (streaming.residency.policy, streaming.residency.sink_tokens, streaming.swa_full) == ("streaming", 4, True)
+    assert (exact.backend_options.flash_attn, exact.kv_cache_type_k, exact.kv_cache_type_v) == (False, "f16", "f16")
+    assert (fast.backend_options.flash_attn, fast.backend_options.swa_full) == (True, False)
+    assert (q8.kv_cache_type_k, q8.kv_cache_type_v, q8.backend_options.flash_attn) == ("q8_0", "q8_0", True)
+    assert (streaming.residency.policy, streaming.residency.sink_tokens, streaming.backend_options.swa_full) == ("streaming", 4, True)
 
 
 def test_no_profile_means_the_exact_profile():
@@ -43,7 +44,7 @@ def test_a_profile_can_be_given_as_a_path(tmp_path):
     f = tmp_path / "long.toml"
     f.write_text("n_ctx = 8192\nflash_attn = true\n")
     profile = load_profile(str(f))
-    assert (profile.name, profile.n_ctx, profile.flash_attn) == ("long", 8192, True)
+    assert (profile.name, profile.n_ctx, profile.backend_options.flash_attn) == ("long", 8192, True)
 
 
 @pytest.mark.parametrize(
@@ -121,3 +122,29 @@ def test_the_identity_changes_with_every_kv_relevant_field(default_model):
     identity = backend.describe(default_model, base).identity
     assert all(backend.describe(default_model, v).identity != identity for v in variants)
     assert all(backend.describe(default_model, v).identity == identity for v in same)
+
+
+def test_an_old_style_profile_loads_with_a_note_naming_the_table_key(tmp_path):
+    path = tmp_path / "old.toml"
+    path.write_text("n_ctx = 8192\nflash_attn = true\nrpc_timeout_s = 30\n")
+    notes: list[str] = []
+    profile = load_profile(str(path), note=notes.append)
+    assert (profile.backend_options.flash_attn, profile.backend_options.rpc_timeout_s) == (True, 30.0)
+    assert notes == [f"{path}: flash_attn belongs in the [llama] table now (llama.flash_attn); read from the top level",
+                     f"{path}: rpc_timeout_s belongs in the [llama] table now (llama.rpc_timeout_s); read from the top "
+                     "level"]
+
+
+def test_a_setting_given_at_the_top_and_in_its_table_is_refused():
+    with pytest.raises(ProfileError, match=r"^p\.toml: swa_full is set twice, at the top and as llama\.swa_full "
+                                           r"\(keep the \[llama\] one\)$"):
+        profile_from_toml("swa_full = false\n[llama]\nswa_full = true\n", "p", "p.toml")
+
+
+def test_checking_every_built_in_profile_loads_no_runtime():
+    code = ("import sys\nfrom effctx_core.backends.profile_loader import available_profiles, load_profile\n"
+            "[load_profile(n) for n in available_profiles()]\n"
+            "print(sorted(m for m in ('llama_cpp', 'openvino', 'openvino_genai') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout.strip()) == (0, "[]"), out.stderr
+

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.events.reader import read_trace
 from effctx_core.events.replay import ReplayEngine, ReplayError
-from effctx_core.profiles import load_profile
 from effctx_core.residency.config import ResidencyConfig
 
 STREAMING = load_profile("streaming").with_changes(

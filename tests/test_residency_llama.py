@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.bench.prompts import filler_text
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
-from effctx_core.profiles import load_profile
 from effctx_core.residency import BlockClass
 from effctx_core.residency.config import ResidencyConfig
 

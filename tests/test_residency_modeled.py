@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from effctx_core.backends.openvino.settings import OpenVINOOptions
 from effctx_core.contract import DecodeConfig, RuntimeEviction
 from effctx_core.engine import SessionEngine
 from effctx_core.profiles import Profile
@@ -40,8 +41,9 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def test_an_evicting_openvino_session_reports_its_map_as_modeled(tiny):
-    options = (("max_cache_size", 256), ("pipeline", "paged"), ("recent_size", 128), ("start_size", 32))
-    engine = SessionEngine(tiny, Profile(name="evict", backend="openvino", n_ctx=1024, n_batch=1024, options=options))
+    options = OpenVINOOptions(max_cache_size=256, pipeline="paged", recent_size=128, start_size=32)
+    engine = SessionEngine(tiny, Profile(name="evict", backend="openvino", n_ctx=1024, n_batch=1024,
+                                         backend_options=options))
     try:
         engine.open()
         result = engine.complete("word " * 500, DecodeConfig(max_tokens=2))

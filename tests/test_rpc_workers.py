@@ -25,11 +25,13 @@ from effctx_core.backends.llama.rpc_endpoints import PROTOCOL, free_port, say_he
 from effctx_core.backends.llama.rpc_host import check_placement
 from effctx_core.backends.llama.rpc_local import local_workers
 from effctx_core.backends.llama.rpc_placement import parse_placement
+from effctx_core.backends.llama.settings import LlamaOptions
 from effctx_core.backends.llama_cpp_build import find_build
+from effctx_core.backends.profile_loader import profile_from_toml
 from effctx_core.contract import DecodeConfig
 from effctx_core.errors import EffctxError, RpcWorkerError
 from effctx_core.models import prepare_default_model
-from effctx_core.profiles import Profile, ProfileError, profile_from_toml
+from effctx_core.profiles import Profile, ProfileError
 from tests.helpers.cli import effctx, one_error_line
 
 BUILD = find_build()
@@ -39,7 +41,8 @@ PROMPT = "The capital of France is"
 
 
 def rpc_profile(workers, **changes) -> Profile:
-    base = Profile(name="rpc-test", n_ctx=512, n_batch=64, rpc_workers=tuple(w.endpoint for w in workers))
+    base = Profile(name="rpc-test", n_ctx=512, n_batch=64,
+                   backend_options=LlamaOptions(rpc_workers=tuple(w.endpoint for w in workers)))
     return base.with_changes(**changes)
 
 
@@ -53,7 +56,7 @@ def model() -> Path:
 
 def test_rpc_workers_is_a_list_of_host_port_strings():
     profile = profile_from_toml('rpc_workers = ["127.0.0.1:50052", "[::1]:50053"]\n', "p", "p.toml")
-    assert profile.rpc_workers == ("127.0.0.1:50052", "[::1]:50053")
+    assert profile.backend_options.rpc_workers == ("127.0.0.1:50052", "[::1]:50053")
 
 
 @pytest.mark.parametrize("toml, message", [
@@ -312,7 +315,7 @@ def test_the_workers_are_free_for_another_client_once_the_last_session_closes(mo
 def test_a_profile_whose_worker_is_down_ends_in_one_line(tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
     profile = tmp_path / "rpc.toml"
-    profile.write_text(f'rpc_workers = ["{endpoint}"]\nn_ctx = 512\n')
+    profile.write_text(f'n_ctx = 512\n[llama]\nrpc_workers = ["{endpoint}"]\n')
     out = effctx("run", "--profile", str(profile), "--prompt", "hi", "--max-tokens", "4")
     line = one_error_line(out)
     assert (f"RPC worker {endpoint} is down" in line) or ("effctx's llama.cpp build" in line)

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine, session_owner
 from effctx_core.models import prepare_default_model
-from effctx_core.profiles import load_profile
 from effctx_core.snapshots import SnapshotStore
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.events.export import to_perfetto
 from effctx_core.events.reader import TraceError, read_trace
-from effctx_core.profiles import load_profile
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.bench.workload_run import run_workload
 from effctx_core.bench.workloads import load_workload
-from effctx_core.profiles import load_profile
 from tests.helpers.small_workload import write_small_workload
 
 

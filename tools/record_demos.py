@@ -12,10 +12,10 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.models import prepare_default_model
-from effctx_core.profiles import load_profile
 from effctx_core.residency.config import ResidencyConfig
 
 NOTES = "Notes: " + "The grass is green. The sky is blue. " * 60 + " What colour is the sky?"

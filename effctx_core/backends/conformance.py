@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 class ContractVariant:
     """One way of running a backend's sessions that the conformance suite runs apart."""
 
-    options: tuple[tuple[str, object], ...] = ()  # the backend's own profile table
+    options: tuple[tuple[str, object], ...] = ()  # the backend's own options it sets
     # What the variant needs running while its tests run (workers, a server), given the
-    # model and the cell's profile: a context manager that starts it, yields the profile
-    # changes that point at it ("options": pairs merged into the backend's table), and
-    # stops it. It raises BackendUnavailableError when this machine cannot run it.
+    # model and the cell's profile: a context manager that starts it, yields the backend
+    # options that point at it ({"rpc_workers": ...}, {"server_url": ...}), and stops
+    # it. It raises BackendUnavailableError when this machine cannot run it.
     services: Callable[[Path, Profile], ContextManager[dict[str, object]]] | None = None

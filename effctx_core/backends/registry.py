@@ -1,90 +1,86 @@
-"""The one list of backends: their names, the package each lives in, and what they check
-in a profile. A backend's package is imported only when it is used, so a command loads
-only the runtime it needs, and a profile can be checked without loading any runtime."""
+"""The one list of backends: each backend package's BackendSpec, by name. A spec holds what
+the backend declares about profiles (its typed options, their checks, its K/V type names,
+its identity settings, its conformance variants) and imports no runtime: a profile is
+checked without loading llama.cpp or OpenVINO, and a backend's runtime is imported only
+when `create` makes the Backend that opens a session."""
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from effctx_core.errors import EffctxError
 
 if TYPE_CHECKING:
     from effctx_core.backends.conformance import ContractVariant
+    from effctx_core.backends.table import ValueCheck
     from effctx_core.contract import Backend
+    from effctx_core.identity import Setting
     from effctx_core.profiles import Profile
 
 
 @dataclass(frozen=True)
-class BackendEntry:
-    name: str
+class BackendSpec:
+    name: str  # also the name of its profile table: [llama], [openvino], [llama-server]
     summary: str
-    # The package holding backend.py (the Backend class) and settings.py (its profile
-    # checks); None for a backend the design names that this build does not ship.
-    package: str | None
-    backend_class: str = ""
-    missing: str = ""  # why a backend without a package cannot run
+    options: type  # the frozen dataclass of the backend's own table, with its defaults
+    # What is wrong with a profile for this backend, one line each, given its options
+    # (already type-checked against the table).
+    check: Callable[[Profile, str], list[str]]
+    # The backend's rule for one well-typed value of its table, or None.
+    value_check: ValueCheck | None
+    # The settings that change what the cache holds for a token list: the runtime identity's.
+    kv_settings: Callable[[Profile], dict[str, Setting]]
+    quantized_kv_types: tuple[str, ...]  # the K/V cache element types below 16 bits, by its names
+    # The ways of running its sessions that the conformance suite runs apart (the first is the default).
+    contract_variants: Mapping[str, ContractVariant]
+    backend: str  # "module:Class" of the Backend, imported by create()
+    # Keys an earlier effctx read at a profile's top level that now belong in this table.
+    moved_keys: tuple[str, ...] = ()
 
-    @property
-    def available(self) -> bool:
-        return self.package is not None
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self.options))
+
+    def options_of(self, profile: Profile) -> Any:
+        """The profile's typed options (an instance of `options`)."""
+        from effctx_core.backends.table import options_of
+
+        return options_of(profile, self.options, self.name)
+
+    def create(self) -> Backend:
+        module, _, cls = self.backend.partition(":")
+        backend: Backend = getattr(importlib.import_module(module), cls)()
+        return backend
 
 
-REGISTRY: dict[str, BackendEntry] = {
-    entry.name: entry for entry in (
-        BackendEntry("llama", "llama-cpp-python (llama.cpp)", "effctx_core.backends.llama", "LlamaBackend"),
-        BackendEntry("openvino", "openvino-genai (OpenVINO)", "effctx_core.backends.openvino", "OpenVINOBackend"),
-        BackendEntry("llama-server", "llama.cpp's llama-server over HTTP", "effctx_core.backends.llama_server",
-                     "LlamaServerBackend"),
-    )
+# Each backend package's spec module: small, importing no runtime.
+SPEC_MODULES: dict[str, str] = {
+    "llama": "effctx_core.backends.llama.spec",
+    "openvino": "effctx_core.backends.openvino.spec",
+    "llama-server": "effctx_core.backends.llama_server.spec",
 }
-# The backends this build can run.
-BACKENDS = tuple(name for name, e in REGISTRY.items() if e.available)
+BACKENDS = tuple(SPEC_MODULES)
 
 
-def entry(name: str) -> BackendEntry:
-    found = REGISTRY.get(name)
-    if found is None:
+def spec(name: str) -> BackendSpec:
+    module = SPEC_MODULES.get(name)
+    if module is None:
         raise EffctxError(f"unknown backend {name!r} (available: {', '.join(BACKENDS)})")
-    if found.package is None:
-        raise EffctxError(f"backend {name!r} cannot run here: {found.missing}")
+    found: BackendSpec = importlib.import_module(module).SPEC
     return found
 
 
-def get_backend(name: str) -> "Backend":
-    found = entry(name)
-    module = importlib.import_module(f"{found.package}.backend")
-    backend: Backend = getattr(module, found.backend_class)()
-    return backend
-
-
-def _settings(name: str):
-    return importlib.import_module(f"{entry(name).package}.settings")
-
-
-def profile_problems(profile: "Profile", where: str) -> list[str]:
-    """What the profile's backend finds wrong with its settings, one line each."""
-    problems: list[str] = _settings(profile.backend).check_profile(profile, where)
-    return problems
-
-
-def backend_keys(name: str) -> frozenset[str]:
-    """The profile's top-level keys this backend reads (the others belong to another backend)."""
-    keys: frozenset[str] = _settings(name).PROFILE_KEYS
-    return keys
+def get_backend(name: str) -> Backend:
+    return spec(name).create()
 
 
 def quantized_kv_types(name: str) -> tuple[str, ...]:
     """The K/V cache element types below 16 bits this backend takes, by its own names."""
-    types: tuple[str, ...] = _settings(name).QUANTIZED_TYPES
-    return types
+    return spec(name).quantized_kv_types
 
 
-def contract_variants(name: str) -> dict[str, "ContractVariant"]:
+def contract_variants(name: str) -> Mapping[str, ContractVariant]:
     """The backend's ways of running a session that the conformance suite runs apart (the
     first is the backend's default)."""
-    from effctx_core.backends.conformance import ContractVariant
-
-    variants: dict[str, ContractVariant] = getattr(_settings(name), "CONTRACT_VARIANTS", {"": ContractVariant()})
-    return variants
+    return spec(name).contract_variants

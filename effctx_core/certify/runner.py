@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 from effctx_core import __version__
 from effctx_core.atomic import atomic_write_bytes
+from effctx_core.backends.profile_loader import legacy_settings
 from effctx_core.backends.registry import get_backend
 from effctx_core.bench.measuring import Busy, Measurement, Watch, hold, loadavg, measuring
 from effctx_core.bench.overhead import run_overhead
@@ -72,7 +73,8 @@ class MeasurementOverlap(EffctxError):
 
 def profile_digest(profile: Profile) -> str:
     """What the profile makes the runtime do: every setting but its wording."""
-    settings = {k: v for k, v in asdict(profile).items() if k not in ("name", "description")}
+    # In the record's shape before backend tables: certificates made then still count.
+    settings = {k: v for k, v in legacy_settings(profile).items() if k not in ("name", "description")}
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 

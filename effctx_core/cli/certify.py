@@ -29,13 +29,10 @@ def add_parser(sub) -> None:
 
 
 def _default_profiles() -> str:
-    """Every built-in profile a backend of this build runs."""
-    from effctx_core.backends.registry import REGISTRY
-    from effctx_core.profiles import available_profiles, load_profile
+    """Every built-in profile."""
+    from effctx_core.backends.profile_loader import available_profiles
 
-    names = [n for n, source in available_profiles().items() if source == "built-in"]
-    runnable = {e.name for e in REGISTRY.values() if e.available}
-    return ",".join(n for n in names if load_profile(n).backend in runnable)
+    return ",".join(n for n, source in available_profiles().items() if source == "built-in")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, NoReturn
 
+from effctx_core.backends.profile_loader import check_profile, load_profile
 from effctx_core.contract import DecodeConfig
 from effctx_core.errors import EffctxError
-from effctx_core.profiles import DEFAULT_PROFILE_NAME, Profile, default_threads, load_profile
+from effctx_core.profiles import DEFAULT_PROFILE_NAME, Profile, default_threads
 from effctx_core.snapshots.tree_file import check_name
 from effctx_core.user_files import folder_problem, read_input_text, refuse_same_file
 
@@ -142,13 +143,13 @@ def _auto_workload(name: str | None) -> str | None:
 
 def profile_from_args(args: argparse.Namespace) -> Profile:
     name = auto_profile(args) if args.profile == AUTO_PROFILE else args.profile
-    profile = load_profile(name)
+    profile = load_profile(name, note=lambda line: print(f"effctx: note: {line}", file=sys.stderr, flush=True))
     changes = {}
     if args.n_ctx is not None:
         changes["n_ctx"] = args.n_ctx
     if args.threads is not None:
         changes["threads"] = args.threads
-    return profile.with_changes(**changes) if changes else profile
+    return check_profile(profile.with_changes(**changes)) if changes else profile
 
 
 def profiles_from_args(args: argparse.Namespace) -> list[Profile]:

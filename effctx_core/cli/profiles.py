@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+import sys
 
-from effctx_core.profiles import Profile, available_profiles, load_profile
+from effctx_core.backends.profile_loader import available_profiles, legacy_settings, load_profile
+from effctx_core.profiles import Profile
 
 
 def add_parser(sub) -> None:
@@ -16,14 +17,14 @@ def add_parser(sub) -> None:
 
 
 def profile_dict(profile: Profile) -> dict:
-    data = asdict(profile)
+    data = legacy_settings(profile)
     data["n_threads"] = profile.n_threads
     return data
 
 
 def run(args: argparse.Namespace) -> int:
     if args.name:
-        profile = load_profile(args.name)
+        profile = load_profile(args.name, note=lambda line: print(f"effctx: note: {line}", file=sys.stderr))
         data = profile_dict(profile)
         if args.json:
             print(json.dumps(data, indent=2))

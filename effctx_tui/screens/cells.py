@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
-from effctx_core.backends.registry import backend_keys
+from effctx_core.backends.registry import spec
 from effctx_core.cells import Cell
 from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, Matrix, MatrixRow
 from effctx_core.certify.verdict import Verdict, verdicts
@@ -30,6 +30,7 @@ def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None) -> li
     cell = row.cell
     p, info = cell.profile_record, cell.info
     caps = info.capabilities if info else None
+    options = spec(p.backend).options_of(p) if p else None
     yes_no = lambda flag: "yes" if flag else "no"  # noqa: E731
     name = Text(("● " if cell.profile == current else "  ") + cell.profile, style="bold" if cell.profile == current else "")
     standing = Text(row.advertised, style=_STANDING_STYLE.get(row.status, "dim"))
@@ -38,8 +39,8 @@ def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None) -> li
         name,
         str(info.n_ctx) if info else "-",
         f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-",
-        ("on" if p.flash_attn else "off") if p and "flash_attn" in backend_keys(p.backend) else "-",
-        yes_no(p.swa_full) if p and "swa_full" in backend_keys(p.backend) else "-",
+        ("on" if options.flash_attn else "off") if hasattr(options, "flash_attn") else "-",
+        yes_no(options.swa_full) if hasattr(options, "swa_full") else "-",
         p.residency.policy if p else "-",
         yes_no(caps.position_shift.supported) if caps else "-",
         yes_no(caps.exact_snapshot.supported) if caps else "-",

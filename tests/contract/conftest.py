@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from effctx_core.backends.registry import BACKENDS, contract_variants, get_backend
+from effctx_core.backends.registry import BACKENDS, contract_variants, get_backend, spec
 from effctx_core.contract import Backend, Session
 from effctx_core.errors import BackendUnavailableError, ModelFileError
 from effctx_core.models import prepare_default_model
@@ -37,11 +37,10 @@ class CellUnderTest:
     service_changes: tuple[tuple[str, object], ...] = ()
 
     def profile(self, **changes: object) -> Profile:
-        service = dict(self.service_changes)
-        # A service may point the backend's own table at what it started (a server).
-        options = tuple(sorted({**dict(self.options), **dict(service.pop("options", ()))}.items()))  # type: ignore[call-overload]
+        # The variant's options, and what its services point them at (workers, a server).
+        options = spec(self.backend.name).options(**{**dict(self.options), **dict(self.service_changes)})
         base = Profile(name="contract", backend=self.backend.name, n_ctx=N_CTX, n_batch=N_BATCH,
-                       description="the conformance suite's cell", options=options, **service)
+                       description="the conformance suite's cell", backend_options=options)
         return base.with_changes(**changes) if changes else base
 
     def open(self, **changes: object) -> Session:

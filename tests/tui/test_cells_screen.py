@@ -125,11 +125,11 @@ async def test_a_cell_that_must_convert_first_says_what_it_costs_and_waits_for_a
 
 def _certificate_here(default_model, profile_name: str) -> dict:
     """A certificate of the example figures that counts here for `profile_name`."""
+    from effctx_core.backends.profile_loader import load_profile
     from effctx_core.backends.registry import get_backend
     from effctx_core.certify.certificate import example_document
     from effctx_core.certify.hardware import this_machine
     from effctx_core.certify.runner import profile_digest
-    from effctx_core.profiles import load_profile
 
     profile = load_profile(profile_name)
     info = get_backend(profile.backend).describe(default_model, profile)

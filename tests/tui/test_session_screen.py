@@ -7,7 +7,7 @@ import re
 from textual import events
 from textual.widgets import Input, ProgressBar
 
-from effctx_core.profiles import load_profile
+from effctx_core.backends.profile_loader import load_profile
 from effctx_core.residency.config import ResidencyConfig
 from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree_file import list_sessions
@@ -91,7 +91,7 @@ async def test_ctrl_n_starts_a_new_conversation(default_model):
 async def test_the_residency_strip_and_screen_follow_a_streaming_session(default_model):
     from textual.widgets import OptionList
 
-    from effctx_core.profiles import load_profile
+    from effctx_core.backends.profile_loader import load_profile
     from effctx_core.residency import BlockClass
     from effctx_core.residency.config import ResidencyConfig
     from effctx_tui.screens.residency import ResidencyScreen

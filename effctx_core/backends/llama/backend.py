@@ -10,6 +10,7 @@ from effctx_core.backends.llama.executor import LlamaResidencyExecutor, check_po
 from effctx_core.backends.llama.gguf_facts import check_gguf_file
 from effctx_core.backends.llama.runtime import load_model
 from effctx_core.backends.llama.session import LlamaSession
+from effctx_core.backends.llama.settings import options_of
 from effctx_core.backends.llama_cpp_build import HOW_TO_BUILD, find_build, require_build
 from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RuntimeEviction, Session
 from effctx_core.models import ProgressFn
@@ -31,7 +32,7 @@ class LlamaBackend:
         check_gguf_file(path)
 
     def unavailable(self, profile: Profile) -> str | None:
-        if profile.rpc_workers and find_build() is None:
+        if options_of(profile).rpc_workers and find_build() is None:
             return f"rpc_workers needs effctx's llama.cpp build with RPC and llama-server ({HOW_TO_BUILD})"
         return None
 
@@ -50,7 +51,7 @@ class LlamaBackend:
         pass
 
     def open(self, model_path: Path, profile: Profile) -> Session:
-        if profile.rpc_workers:
+        if options_of(profile).rpc_workers:
             from effctx_core.backends.llama.rpc_hosted import HostedSession
 
             host, version = self._rpc(profile)
@@ -80,7 +81,7 @@ class LlamaBackend:
     def baseline(self, model_path: Path, profile: Profile) -> Baseline:
         from effctx_core.backends.llama.baseline import LlamaBaseline
 
-        if profile.rpc_workers:
+        if options_of(profile).rpc_workers:
             from effctx_core.backends.llama.rpc_hosted import HostedBaseline
 
             host, _version = self._rpc(profile)

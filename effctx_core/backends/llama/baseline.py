@@ -21,7 +21,7 @@ import numpy.typing as npt
 from effctx_core.backends.llama.binding import llama_cpp
 from effctx_core.backends.llama.runtime import clear_llama_errors, llama_error_reason, load_model
 from effctx_core.backends.llama.session import context_params
-from effctx_core.backends.llama.settings import KV_CACHE_TYPES
+from effctx_core.backends.llama.settings import KV_CACHE_TYPES, options_of
 from effctx_core.contract import BaselineRun
 from effctx_core.errors import EffctxError
 from effctx_core.units import ms_between
@@ -88,7 +88,7 @@ class LlamaBaseline:
             p = self._profile
             self._llama = llama_cpp.Llama(
                 model_path=str(self._model.path), n_gpu_layers=self._gpu_layers, n_ctx=p.n_ctx, n_batch=p.n_batch, n_ubatch=p.n_batch,
-                n_threads=p.n_threads, n_threads_batch=p.n_threads, flash_attn=p.flash_attn, swa_full=p.swa_full,
+                n_threads=p.n_threads, n_threads_batch=p.n_threads, flash_attn=options_of(p).flash_attn, swa_full=options_of(p).swa_full,
                 type_k=KV_CACHE_TYPES[p.kv_cache_type_k], type_v=KV_CACHE_TYPES[p.kv_cache_type_v], verbose=False,
             )
         return self._llama

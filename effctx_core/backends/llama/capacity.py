@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from effctx_core.backends.llama.settings import PLAIN_V_TYPES
+from effctx_core.backends.llama.settings import PLAIN_V_TYPES, context_of
 from effctx_core.capacity import KVBytes, LayerKV, RowBytes
 from effctx_core.contract import CapacityReport, ModelFacts, ModelInfo
 from effctx_core.contract.records import capacity_rows
@@ -251,12 +251,13 @@ def layer_profile_dict(profile: LayerKVProfile) -> dict:
 def capacity_lines(report: dict, profile: Profile) -> list[str]:
     """The report as `effctx info` prints it."""
     lp, memory = report["layer_profile"], report["capacity"]["memory_bytes"]
+    swa_full = context_of(profile).swa_full
     lines = [
         f"KV cache     {profile.kv_cache_type_k}/{profile.kv_cache_type_v}: K {lp['k_bytes_per_token_layer']} + "
         f"V {lp['v_bytes_per_token_layer']} B per token per layer; {len(lp['global_layers'])} global + "
         f"{len(lp['swa_layers'])} windowed layers; {format_bytes(lp['cache_bytes'])} allocated at n_ctx {lp['n_ctx']}"
-        f"{'' if profile.swa_full else ' (windowed layers capped)'}",
-        f"capacity for {format_bytes(memory)} (swa_full {'on' if profile.swa_full else 'off'}; "
+        f"{'' if swa_full else ' (windowed layers capped)'}",
+        f"capacity for {format_bytes(memory)} (swa_full {'on' if swa_full else 'off'}; "
         "every K/V pair is in --json)",
         f"  {'K/V':14}{'B/token':>10}{'max hot tokens':>16}  bound by",
     ]
@@ -276,20 +277,21 @@ def capacity_lines(report: dict, profile: Profile) -> list[str]:
 def capacity_report(info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:
     """`effctx info`'s layer profile and capacity table for a llama.cpp context."""
     layers = LayerKVProfile.from_facts(info.facts, profile.kv_cache_type_k, profile.kv_cache_type_v)
+    swa_full = context_of(profile).swa_full
     layer_profile = {
         **layer_profile_dict(layers),
-        "cache_bytes": layers.cache_bytes(info.n_ctx, profile.n_batch, profile.swa_full).total,
+        "cache_bytes": layers.cache_bytes(info.n_ctx, profile.n_batch, swa_full).total,
         "n_ctx": info.n_ctx,
-        "swa_full": profile.swa_full,
+        "swa_full": swa_full,
     }
-    rows = capacity_rows(capacity_table(info.facts, memory_bytes, None, profile.swa_full, profile.n_batch))
+    rows = capacity_rows(capacity_table(info.facts, memory_bytes, None, swa_full, profile.n_batch))
     # Where the cache lives when workers hold the layers: each worker's share, as
     # llama.cpp allocated it and as the layer math gives it.
     placement = tuple({
         "where": share.where, "device": share.device, "layers": list(share.layers),
         "layers_text": share.layer_text, "model_bytes": share.model_bytes, "kv_bytes": share.kv_bytes,
-        "kv_bytes_modeled": layers.layers_cache_bytes(share.layers, info.n_ctx, profile.n_batch, profile.swa_full),
+        "kv_bytes_modeled": layers.layers_cache_bytes(share.layers, info.n_ctx, profile.n_batch, swa_full),
     } for share in info.placement)
     report = CapacityReport(layer_profile, memory_bytes, rows, (),
-                            {"swa_full": profile.swa_full, "n_ctx_limit": None}, placement)
+                            {"swa_full": swa_full, "n_ctx_limit": None}, placement)
     return replace(report, text=tuple(capacity_lines(report.to_dict(), profile)))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from effctx_core.backends.llama.rpc_placement import Placement, parse_placement
+from effctx_core.backends.llama.settings import options_of
 from effctx_core.contract import ModelInfo, PrefillProgress, StateCosts
 from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.parent_watch import watch_parent
@@ -132,7 +133,8 @@ class Host:
             session = LlamaSession(model, profile, backend_version)
         placement = parse_placement(load_lines + lines, self.devices, model.facts.n_layers)
         check_placement(placement, model.facts.n_layers)
-        key = (str(model.path), profile.kv_cache_type_k, profile.kv_cache_type_v, profile.flash_attn, profile.swa_full)
+        options = options_of(profile)
+        key = (str(model.path), profile.kv_cache_type_k, profile.kv_cache_type_v, options.flash_attn, options.swa_full)
         if key not in self._costs:
             self._costs[key] = measure_state_costs(model, profile, backend_version)
         info = session.place(placement.summary, placement.workers, self._costs[key])

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generator, Sequence
 
 from effctx_core.backends.llama.rpc_endpoints import say_hello
 from effctx_core.backends.llama.rpc_host import GENERATOR, PROGRESS
+from effctx_core.backends.llama.settings import options_of
 from effctx_core.backends.llama_cpp_build import LlamaCppBuild
 from effctx_core.contract import (
     BaselineRun,
@@ -207,16 +208,17 @@ _hosts_lock = threading.Lock()
 def host_for(profile: Profile, build: LlamaCppBuild) -> RpcHost:
     """The live host of these workers, or a new one; the caller holds one use of it."""
     with _hosts_lock:
-        host = _hosts.get(profile.rpc_workers)
+        workers, timeout_s = options_of(profile).rpc_workers, options_of(profile).rpc_timeout_s
+        host = _hosts.get(workers)
         if host is None or host.failure is not None:
-            host = RpcHost(profile.rpc_workers, profile.rpc_timeout_s, build)
-            _hosts[profile.rpc_workers] = host
+            host = RpcHost(workers, timeout_s, build)
+            _hosts[workers] = host
         host.users += 1
         return host
 
 
 def load_bound(profile: Profile, model_path: Path) -> float:
-    return profile.rpc_timeout_s + Path(model_path).stat().st_size / _UPLOAD_BYTES_PER_S
+    return options_of(profile).rpc_timeout_s + Path(model_path).stat().st_size / _UPLOAD_BYTES_PER_S
 
 
 class _HostObject:

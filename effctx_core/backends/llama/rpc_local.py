@@ -76,6 +76,6 @@ def local_workers(count: int = 2, threads: int = 1) -> Iterator[list[LocalWorker
 
 @contextmanager
 def contract_workers() -> Iterator[dict[str, object]]:
-    """Two loopback workers, as the profile change that points a llama cell at them."""
+    """Two loopback workers, as the option that points a llama cell at them."""
     with local_workers(2) as workers:
         yield {"rpc_workers": tuple(w.endpoint for w in workers)}

@@ -19,7 +19,7 @@ from effctx_core.backends.llama.runtime import (
     llama_error_reason,
 )
 from effctx_core.backends.llama.sampling import Sampler
-from effctx_core.backends.llama.settings import KV_CACHE_TYPES, QUANTIZED_TYPES, kv_settings
+from effctx_core.backends.llama.settings import KV_CACHE_TYPES, QUANTIZED_TYPES, kv_settings, options_of
 from effctx_core.backends.tape_session import (
     TapeSession,
     check_trained_context,
@@ -58,12 +58,13 @@ def context_params(profile: Profile) -> llama_cpp.llama_context_params:
     params.n_seq_max = 1
     params.n_threads = profile.n_threads
     params.n_threads_batch = profile.n_threads
+    options = options_of(profile)
     params.flash_attn_type = (
-        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if profile.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if options.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
     )
     params.type_k = KV_CACHE_TYPES[profile.kv_cache_type_k]
     params.type_v = KV_CACHE_TYPES[profile.kv_cache_type_v]
-    params.swa_full = profile.swa_full
+    params.swa_full = options.swa_full
     params.no_perf = True
     return params
 
@@ -116,16 +117,16 @@ class LlamaSession(TapeSession):
             notes["sliding_window"] = f"GGUF and llama_model_n_swa agree: {n_swa}"
         if not n_swa:
             floor, floor_reason = None, "every layer attends globally"
-        elif profile.swa_full:
+        elif options_of(profile).swa_full:
             floor, floor_reason = None, "swa_full keeps every sliding-window position"
         else:
             floor, floor_reason = n_swa, f"the sliding-window layers keep only the last {n_swa} positions"
-        fa = profile.flash_attn
+        fa = options_of(profile).flash_attn
         capabilities = Capabilities(
             position_shift=Capability(can_shift, (
                 "llama_memory_can_shift is true for this context" if can_shift
                 else "llama_memory_can_shift is false"
-                + (" (a sliding-window cache without swa_full cannot shift)" if n_swa and not profile.swa_full else "")
+                + (" (a sliding-window cache without swa_full cannot shift)" if n_swa and not options_of(profile).swa_full else "")
             )),
             state_snapshot=Capability(True, "llama_state_seq_get_data / set_data save and load the sequence"),
             exact_snapshot=Capability(not fa, (
@@ -199,7 +200,7 @@ class LlamaSession(TapeSession):
         if not n_swa:
             return 0
         oldest = self._oldest_swa_position()
-        if self._profile.swa_full and oldest == 0:
+        if options_of(self._profile).swa_full and oldest == 0:
             return 0
         return min(n, oldest + n_swa)
 

@@ -14,7 +14,7 @@ from effctx_core.backends.llama.runtime import LoadedModel
 from effctx_core.backends.llama_cpp_build import BINDING, LlamaCppBuild, binding_version, find_build, require_build
 from effctx_core.backends.llama_server.client import ServerClient, ServerError
 from effctx_core.backends.llama_server.process import StartedServer, binary_version, start_server
-from effctx_core.backends.llama_server.settings import ServerOptions, options_of
+from effctx_core.backends.llama_server.settings import LlamaServerOptions, options_of
 from effctx_core.backends.llama_server.slots import Slot
 from effctx_core.errors import BackendUnavailableError, EffctxError
 
@@ -121,7 +121,7 @@ class ServerConnection:
                 _claimed.discard(self.claimed)
 
 
-def _start(model_path: Path, profile: Profile, options: ServerOptions) -> ServerConnection:
+def _start(model_path: Path, profile: Profile, options: LlamaServerOptions) -> ServerConnection:
     try:
         build = require_build("the llama-server backend")
     except EffctxError as exc:
@@ -149,7 +149,7 @@ def _claim(url: str, slots: int) -> int:
                       "needs a slot to itself; start the server with more, -np)")
 
 
-def _attach(vocab: LoadedModel, options: ServerOptions) -> ServerConnection:
+def _attach(vocab: LoadedModel, options: LlamaServerOptions) -> ServerConnection:
     url = options.server_url.rstrip("/")
     client = ServerClient(url, options.timeout_s)
     facts = attached_facts(client)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from effctx_core.backends.llama.runtime import LoadedModel
-from effctx_core.backends.llama_server.settings import QUANTIZED_TYPES, kv_settings
+from effctx_core.backends.llama_server.settings import QUANTIZED_TYPES, kv_settings, options_of
 from effctx_core.backends.tape_session import session_identity
 from effctx_core.contract import Capabilities, Capability, ContextLimit, ModelInfo
 
@@ -19,8 +19,9 @@ BACKEND = "llama-server"
 
 def capabilities(vocab: LoadedModel, profile: Profile, snapshots: str | None) -> Capabilities:
     """`snapshots`: None where the session can read and write the slot's files, else why not."""
-    fa = profile.flash_attn
-    windowed = bool(vocab.n_swa) and not profile.swa_full
+    options = options_of(profile)
+    fa = options.flash_attn
+    windowed = bool(vocab.n_swa) and not options.swa_full
     if snapshots is None:
         state = Capability(True, "slot save / restore (/slots/N?action=save|restore): the slot file's bytes are the "
                                  "snapshot" + (", but without swa_full the server re-evaluates a restored tape longer "

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from effctx_core.backends.llama.rpc_endpoints import free_port
+from effctx_core.backends.llama.settings import context_of
 from effctx_core.backends.llama_cpp_build import LlamaCppBuild, find_build
 from effctx_core.backends.llama_server.client import ServerClient, ServerError
 from effctx_core.errors import BackendUnavailableError, EffctxError
@@ -84,13 +85,13 @@ def server_args(binary: Path, model_path: Path, profile: Profile, port: int, slo
         "-b", str(profile.n_batch), "-ub", str(profile.n_batch),
         "-t", str(profile.n_threads), "-tb", str(profile.n_threads),
         "-ctk", profile.kv_cache_type_k, "-ctv", profile.kv_cache_type_v,
-        "-fa", "on" if profile.flash_attn else "off",
+        "-fa", "on" if context_of(profile).flash_attn else "off",
         "--slots", "--metrics", "--slot-save-path", str(slot_dir),
         # The slot holds what effctx sent and nothing else: no host-memory prompt cache
         # that would bring back a prompt effctx dropped, and no context shift of its own.
         "--cache-ram", "0", "--no-context-shift",
     ]
-    if profile.swa_full:
+    if context_of(profile).swa_full:
         args.append("--swa-full")
     if "--no-ui" in binary_output(binary, "--help"):
         args.append("--no-ui")  # no web UI: nothing here serves a browser
@@ -222,6 +223,6 @@ def user_server(model_path: Path, profile: Profile, slots: int) -> Iterator[Star
 
 @contextmanager
 def contract_server(model_path: Path, profile: Profile) -> Iterator[dict[str, object]]:
-    """A user's server with four slots, as the table change that attaches a cell to it."""
+    """A user's server with four slots, as the options that attach a cell to it."""
     with user_server(model_path, profile, slots=4) as server:
-        yield {"options": (("server_url", server.url), ("slot_dir", str(server.slot_dir)))}
+        yield {"server_url": server.url, "slot_dir": str(server.slot_dir)}

@@ -4,16 +4,15 @@ with, and its `[llama-server]` table, which attaches to a running server instead
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from effctx_core.backends.conformance import ContractVariant
 from effctx_core.backends.llama.rpc_endpoints import is_loopback
 from effctx_core.backends.llama.settings import QUANTIZED_TYPES as LLAMA_QUANTIZED_TYPES
-from effctx_core.backends.llama.settings import kv_settings as llama_kv_settings
-from effctx_core.backends.llama.settings import kv_type_problems
-from effctx_core.backends.table import table_problems
+from effctx_core.backends.llama.settings import LlamaContextOptions, context_kv_settings, kv_type_problems
+from effctx_core.backends.table import options_of as table_options_of
 from effctx_core.identity import Setting
 
 if TYPE_CHECKING:
@@ -21,11 +20,6 @@ if TYPE_CHECKING:
 
 # The server is built from the same llama.cpp commit as the binding: the same cache types.
 QUANTIZED_TYPES = LLAMA_QUANTIZED_TYPES
-
-# The profile's top-level keys this backend reads: the llama.cpp context settings it
-# starts a server with (an attached server was started by someone else with its own).
-PROFILE_KEYS = frozenset({"description", "backend", "model", "n_ctx", "n_batch", "threads",
-                          "kv_cache_type_k", "kv_cache_type_v", "flash_attn", "swa_full"})
 
 TABLE = "llama-server"
 
@@ -41,8 +35,10 @@ CONTRACT_VARIANTS = {"": ContractVariant(), "attached": ContractVariant(services
 
 
 @dataclass(frozen=True)
-class ServerOptions:
-    """The `[llama-server]` table of a profile, with its defaults."""
+class LlamaServerOptions(LlamaContextOptions):
+    """The `[llama-server]` table of a profile, with its defaults: the llama.cpp context
+    settings it starts a server with (an attached server was started by someone else with
+    its own), and how it reaches the server."""
 
     # Attach to this running llama-server ("http://host:port") instead of starting one.
     server_url: str = ""
@@ -62,13 +58,12 @@ class ServerOptions:
         return bool(self.server_url)
 
 
-def options_of(profile: "Profile") -> ServerOptions:
-    """The profile's table as typed options (TOML's whole seconds as floats); check_profile
-    has vetted it."""
-    given = dict(profile.options)
-    defaults = ServerOptions()
-    return ServerOptions(**{f.name: type(getattr(defaults, f.name))(given[f.name])
-                            for f in fields(ServerOptions) if f.name in given})
+# What an earlier effctx read at a profile's top level and now belongs in [llama-server].
+MOVED_KEYS = ("flash_attn", "swa_full")
+
+
+def options_of(profile: "Profile") -> LlamaServerOptions:
+    return table_options_of(profile, LlamaServerOptions, TABLE)
 
 
 def url_problem(url: str) -> str | None:
@@ -87,15 +82,15 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def _value_problem(key: str, value: object) -> str | None:
+def value_problem(key: str, value: object) -> str | None:
     if isinstance(value, float | int) and not isinstance(value, bool) and (not math.isfinite(value) or value <= 0):
         return "must be a positive number of seconds"
     return None
 
 
-def _attach_problems(options: ServerOptions, where: str) -> list[str]:
+def _attach_problems(options: LlamaServerOptions, where: str) -> list[str]:
     if not options.attached:
-        unused = [k for k in ("allow_remote", "slot_dir") if getattr(options, k) != getattr(ServerOptions(), k)]
+        unused = [k for k in ("allow_remote", "slot_dir") if getattr(options, k) != getattr(LlamaServerOptions(), k)]
         return [f"{where}: {TABLE}.{', '.join(unused)} only apply with server_url"] if unused else []
     problem = url_problem(options.server_url)
     if problem is not None:
@@ -109,13 +104,8 @@ def _attach_problems(options: ServerOptions, where: str) -> list[str]:
 
 def check_profile(profile: "Profile", where: str) -> list[str]:
     """What is wrong with the profile for llama-server, one line each (empty: nothing)."""
-    problems = table_problems(ServerOptions, TABLE, profile.options, where, _value_problem)
-    if not problems:
-        problems += _attach_problems(options_of(profile), where)
-    if profile.rpc_workers:
-        problems.append(f"{where}: rpc_workers is a setting of the llama backend; the llama-server backend does "
-                        "not read it")
-    return problems + kv_type_problems(profile, where)
+    options = options_of(profile)
+    return _attach_problems(options, where) + kv_type_problems(profile, options, where)
 
 
 def kv_settings(profile: "Profile") -> dict[str, Setting]:
@@ -123,8 +113,8 @@ def kv_settings(profile: "Profile") -> dict[str, Setting]:
     return {
         # As on the llama backend: the cache types, flash attention and the batch size
         # change the numbers written into the cache.
-        **llama_kv_settings(profile),
+        **context_kv_settings(profile, options_of(profile)),
         # A slot file saved without the full sliding-window cache holds only the window:
         # restored where swa_full is on, it would be a cache with holes.
-        "swa_full": profile.swa_full,
+        "swa_full": options_of(profile).swa_full,
     }

@@ -7,15 +7,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from effctx_core.backends.conformance import ContractVariant
-from effctx_core.backends.table import table_problems
+from effctx_core.backends.table import options_of as table_options_of
 from effctx_core.identity import Setting
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
-
-# The profile's top-level keys this backend reads; flash_attn and swa_full are llama.cpp's.
-PROFILE_KEYS = frozenset({"description", "backend", "model", "n_ctx", "n_batch", "threads",
-                          "kv_cache_type_k", "kv_cache_type_v"})
 
 # The CPU plugin's cache element types. u8 and u4 carry per-channel scales (measured bytes
 # per 32-token block on Gemma 3: u8 336,384, u4 377,856, f16 589,824). f32 exists only
@@ -74,11 +70,10 @@ _CHOICES = {"pipeline": PIPELINES, "weights": WEIGHTS, "inference_precision": PR
 
 
 def options_of(profile: "Profile") -> OpenVINOOptions:
-    """The profile's table as typed options; check_profile has vetted it."""
-    return OpenVINOOptions(**dict(profile.options))  # type: ignore[arg-type]
+    return table_options_of(profile, OpenVINOOptions, "openvino")
 
 
-def _value_problem(key: str, value: object) -> str | None:
+def value_problem(key: str, value: object) -> str | None:
     if key in _CHOICES and value not in _CHOICES[key]:
         return f"{value!r} is not one of {', '.join(_CHOICES[key])}"
     if isinstance(value, int) and value < 0:
@@ -88,14 +83,12 @@ def _value_problem(key: str, value: object) -> str | None:
 
 def check_profile(profile: "Profile", where: str) -> list[str]:
     """What is wrong with the profile for OpenVINO, one line each (empty: nothing)."""
-    problems = table_problems(OpenVINOOptions, "openvino", profile.options, where, _value_problem)
+    problems = []
     for side in ("k", "v"):
         kind = getattr(profile, f"kv_cache_type_{side}")
         if kind not in KV_CACHE_TYPES:
             problems.append(f"{where}: unknown KV cache type {kind!r} for {side.upper()} on openvino "
                             f"(known: {', '.join(KV_CACHE_TYPES)})")
-    if profile.flash_attn or not profile.swa_full:
-        problems.append(f"{where}: flash_attn and swa_full are llama.cpp settings; the openvino backend does not read them")
     if problems:
         return problems
     options = options_of(profile)
