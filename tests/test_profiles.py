@@ -147,4 +147,3 @@ def test_checking_every_built_in_profile_loads_no_runtime():
             "print(sorted(m for m in ('llama_cpp', 'openvino', 'openvino_genai') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout.strip()) == (0, "[]"), out.stderr
-

@@ -407,4 +407,3 @@ class Certifier:
             "unsupported": sorted(name for name, cap in info.capabilities.flags().items() if not cap.supported),
         }
         return document
-

@@ -356,4 +356,3 @@ class HostedBaseline(_HostObject):
 
     def forget(self) -> None:
         self._call("forget")
-
