@@ -13,7 +13,7 @@ def pytest_configure(config) -> None:
     """Before any test module imports llama_cpp: the tests run on effctx's llama.cpp build,
     as effctx does, and without it say how to get it in one line (make test builds it)."""
     try:
-        import effctx_core.backends.llama.binding  # noqa: F401
+        import effctx_core.backends.gguf.binding  # noqa: F401
     except BuildMissingError as exc:
         pytest.exit(str(exc), returncode=2)
 

@@ -10,10 +10,9 @@ from typing import NamedTuple
 
 import pytest
 
-from effctx_core.backends.llama import runtime as llama_runtime
-from effctx_core.backends.llama.backend import LlamaBackend
-from effctx_core.backends.llama.binding import llama_cpp
-from effctx_core.backends.llama.capacity import (
+from effctx_core.backends.gguf import runtime as llama_runtime
+from effctx_core.backends.gguf.binding import llama_cpp
+from effctx_core.backends.gguf.capacity import (
     CACHE_TYPE_BLOCKS,
     CELL_META_BYTES,
     LayerKVProfile,
@@ -21,7 +20,9 @@ from effctx_core.backends.llama.capacity import (
     hot_context,
     layer_profile_dict,
 )
-from effctx_core.backends.llama.settings import KV_CACHE_TYPES
+from effctx_core.backends.gguf.context import KV_CACHE_TYPES
+from effctx_core.backends.llama.backend import LlamaBackend
+from effctx_core.backends.llama.settings import LlamaOptions
 from effctx_core.capacity import KVBytes
 from effctx_core.contract import ModelFacts
 from effctx_core.errors import EffctxError
@@ -343,7 +344,7 @@ class Measured:
         key = (k, v, fa, swa_full)
         if key not in self._runs:
             profile = Profile(n_ctx=2048, n_batch=N_UBATCH, threads=THREADS, kv_cache_type_k=k,
-                              kv_cache_type_v=v, flash_attn=fa, swa_full=swa_full)
+                              kv_cache_type_v=v, backend_options=LlamaOptions(flash_attn=fa, swa_full=swa_full))
             session = self._backend.open(self._path, profile)
             try:
                 sentence = session.tokenize(" The grass is green. The sky is blue. The sun is yellow.", add_bos=False)
@@ -445,7 +446,8 @@ _KV_LOG = re.compile(
 def test_allocated_cells_and_k_v_mib_are_what_llama_cpp_logs(facts, default_model, k, v, fa, n_ctx, n_ubatch, swa_full, cells):
     p = LayerKVProfile.from_facts(facts, k, v)
     assert p.cache_cells(n_ctx, n_ubatch, swa_full) == cells
-    profile = Profile(n_ctx=n_ctx, n_batch=n_ubatch, kv_cache_type_k=k, kv_cache_type_v=v, flash_attn=fa, swa_full=swa_full)
+    profile = Profile(n_ctx=n_ctx, n_batch=n_ubatch, kv_cache_type_k=k, kv_cache_type_v=v,
+                      backend_options=LlamaOptions(flash_attn=fa, swa_full=swa_full))
     with llama_log() as lines:
         LlamaBackend().open(default_model, profile).close()
     logged = _KV_LOG.findall("".join(lines))

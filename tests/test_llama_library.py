@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from effctx_core.backends import llama_cpp_build
-from effctx_core.backends.llama.binding import BUILD, llama_cpp
+from effctx_core.backends.gguf.binding import BUILD, llama_cpp
 from tests.helpers.cli import effctx, one_error_line
 from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
@@ -38,7 +38,7 @@ def test_this_process_runs_llama_cpp_from_effctxs_build():
 
 
 def _base_path_in_child(env: dict[str, str]) -> subprocess.CompletedProcess:
-    code = "from effctx_core.backends.llama.binding import llama_cpp; print(llama_cpp.llama_cpp._base_path)"
+    code = "from effctx_core.backends.gguf.binding import llama_cpp; print(llama_cpp.llama_cpp._base_path)"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, **env})
 

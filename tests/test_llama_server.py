@@ -26,8 +26,8 @@ from typing import Iterator
 import numpy as np
 import pytest
 
+from effctx_core.backends.common.network import free_port
 from effctx_core.backends.llama.backend import LlamaBackend
-from effctx_core.backends.llama.rpc_endpoints import free_port
 from effctx_core.backends.llama_cpp_build import find_build
 from effctx_core.backends.llama_server.backend import LlamaServerBackend
 from effctx_core.backends.llama_server.client import ServerClient, ServerError

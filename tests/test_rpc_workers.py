@@ -20,8 +20,9 @@ from typing import Iterator
 
 import pytest
 
+from effctx_core.backends.common.network import free_port
 from effctx_core.backends.llama.backend import LlamaBackend
-from effctx_core.backends.llama.rpc_endpoints import PROTOCOL, free_port, say_hello
+from effctx_core.backends.llama.rpc_endpoints import PROTOCOL, say_hello
 from effctx_core.backends.llama.rpc_host import check_placement
 from effctx_core.backends.llama.rpc_local import local_workers
 from effctx_core.backends.llama.rpc_placement import parse_placement

@@ -10,7 +10,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from effctx_core.backends.llama.binding import llama_cpp
+from effctx_core.backends.gguf.binding import llama_cpp
 from tests.helpers.tiny_gguf import (
     BOS_ID,
     N_EMBD,

@@ -10,7 +10,7 @@ from importlib import resources
 
 import pytest
 
-from effctx_core.backends.llama.runtime import load_model
+from effctx_core.backends.gguf.runtime import load_model
 from effctx_core.bench.workloads import (
     Edit,
     Framing,

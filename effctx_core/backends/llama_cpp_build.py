@@ -7,7 +7,7 @@ workers and server speak the same RPC protocol by construction:
 - the shared libraries every llama.cpp cell, baseline and control loads, in effctx's
   process and in the RPC host: llama-cpp-python is installed without a library of its own
   (`CMAKE_ARGS=-DLLAMA_BUILD=OFF`, make setup) and reads this one through
-  LLAMA_CPP_LIB_PATH (backends/llama/binding.py sets it before `llama_cpp` is imported);
+  LLAMA_CPP_LIB_PATH (backends/gguf/binding.py sets it before `llama_cpp` is imported);
 - `effctx worker`, which serves this machine's CPU from `libggml-rpc.so` with no binary;
 - `llama-server`, for the llama-server cell.
 

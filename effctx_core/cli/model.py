@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         print(default_model_path())
         return 0
     if args.model_command == "convert":
-        from effctx_core.backends.llama.gguf_facts import check_gguf_file
+        from effctx_core.backends.gguf.facts import check_gguf_file
         from effctx_core.backends.openvino.convert import cached_conversion, convert_gguf
 
         source = resolve_model(args.model, progress=stderr_progress())

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from effctx_core.backends.llama.binding import llama_cpp
-from effctx_core.backends.llama.executor import LlamaResidencyExecutor, check_policy
-from effctx_core.backends.llama.gguf_facts import check_gguf_file
-from effctx_core.backends.llama.runtime import load_model
+from effctx_core.backends.common.policy import check_policy
+from effctx_core.backends.gguf.binding import llama_cpp
+from effctx_core.backends.gguf.facts import check_gguf_file
+from effctx_core.backends.gguf.runtime import load_model
+from effctx_core.backends.llama.executor import LlamaResidencyExecutor
 from effctx_core.backends.llama.session import LlamaSession
 from effctx_core.backends.llama.settings import options_of
 from effctx_core.backends.llama_cpp_build import HOW_TO_BUILD, find_build, require_build
@@ -90,6 +91,6 @@ class LlamaBackend:
         return LlamaBaseline(Path(model_path), profile)
 
     def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:
-        from effctx_core.backends.llama.capacity import capacity_report
+        from effctx_core.backends.gguf.capacity import capacity_report
 
         return capacity_report(info, profile, memory_bytes)

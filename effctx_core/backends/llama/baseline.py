@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from effctx_core.backends.llama.binding import llama_cpp
-from effctx_core.backends.llama.runtime import clear_llama_errors, llama_error_reason, load_model
+from effctx_core.backends.gguf.binding import llama_cpp
+from effctx_core.backends.gguf.context import KV_CACHE_TYPES
+from effctx_core.backends.gguf.runtime import clear_llama_errors, llama_error_reason, load_model
 from effctx_core.backends.llama.session import context_params
-from effctx_core.backends.llama.settings import KV_CACHE_TYPES, options_of
+from effctx_core.backends.llama.settings import options_of
 from effctx_core.contract import BaselineRun
 from effctx_core.errors import EffctxError
 from effctx_core.units import ms_between

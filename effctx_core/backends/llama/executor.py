@@ -13,20 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
-from effctx_core.contract import Capabilities, RangeAction
-from effctx_core.errors import UnsupportedFeatureError
+from effctx_core.contract import RangeAction
 from effctx_core.residency import BlockClass, BlockTable
-from effctx_core.residency.planners import policy_class
-
-
-def check_policy(caps: Capabilities, policy: str) -> None:
-    """An evicting policy needs the cache to shift: this executor removes a middle range
-    and moves the later positions down."""
-    if policy_class(policy).evicts and not caps.position_shift.supported:
-        raise UnsupportedFeatureError(
-            f"the {policy} policy removes middle ranges and shifts later positions, "
-            f"which this context cannot do: {caps.position_shift.reason}"
-        )
 
 
 class RangeRemover(Protocol):

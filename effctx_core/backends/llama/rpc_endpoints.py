@@ -8,11 +8,11 @@ itself first, from Python with a bounded wait, and turns each of those into one 
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import struct
 from dataclasses import dataclass
 
+from effctx_core.backends.common.network import is_loopback
 from effctx_core.errors import RpcWorkerError
 
 # The protocol of the llama.cpp commit effctx builds (ggml-rpc.h): a worker must have the
@@ -35,25 +35,6 @@ class Endpoint:
     @property
     def loopback(self) -> bool:
         return is_loopback(self.host)
-
-
-def is_loopback(host: str) -> bool:
-    """Only an address literal or `localhost` counts: a name that resolves to loopback
-    today may not tomorrow, and resolving it has no time bound."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now, for a worker or a server to take."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def parse_endpoint(text: str) -> Endpoint:

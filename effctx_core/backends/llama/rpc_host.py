@@ -98,7 +98,7 @@ class Host:
     """The objects this process holds for its parent, by handle."""
 
     def __init__(self, workers: list[str]):
-        from effctx_core.backends.llama.binding import BUILD, llama_cpp
+        from effctx_core.backends.gguf.binding import BUILD, llama_cpp
 
         if not llama_cpp.llama_supports_rpc():
             raise EffctxError(f"the llama.cpp libraries loaded from {BUILD.bin_dir} were built without RPC")
@@ -117,7 +117,7 @@ class Host:
     def _load(self, model_path: str):
         """The model, loaded once for this process with every layer on the workers, and
         the log lines of that load: only the first load says where the layers went."""
-        from effctx_core.backends.llama.runtime import all_log_lines, load_model
+        from effctx_core.backends.gguf.runtime import all_log_lines, load_model
 
         with all_log_lines() as lines:
             # Every layer: the workers hold the blocks, the KV cache and the output head.
@@ -125,7 +125,7 @@ class Host:
         return model, self._load_lines.setdefault(str(model.path), lines)
 
     def open_session(self, model_path: str, profile, backend_version: str) -> tuple[int, ModelInfo]:
-        from effctx_core.backends.llama.runtime import all_log_lines
+        from effctx_core.backends.gguf.runtime import all_log_lines
         from effctx_core.backends.llama.session import LlamaSession
 
         model, load_lines = self._load(model_path)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from effctx_core.backends.llama.rpc_endpoints import free_port
+from effctx_core.backends.common.network import free_port
 from effctx_core.backends.llama_cpp_build import find_build
 from effctx_core.errors import BackendUnavailableError, EffctxError
 

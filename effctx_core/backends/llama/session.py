@@ -10,16 +10,17 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from effctx_core.backends.llama.binding import llama_cpp
-from effctx_core.backends.llama.runtime import (
+from effctx_core.backends.gguf.binding import llama_cpp
+from effctx_core.backends.gguf.context import KV_CACHE_TYPES, QUANTIZED_TYPES
+from effctx_core.backends.gguf.runtime import (
     Batch,
     DeferredInterrupt,
     LoadedModel,
     clear_llama_errors,
     llama_error_reason,
 )
-from effctx_core.backends.llama.sampling import Sampler
-from effctx_core.backends.llama.settings import KV_CACHE_TYPES, QUANTIZED_TYPES, kv_settings, options_of
+from effctx_core.backends.gguf.sampling import Sampler
+from effctx_core.backends.llama.settings import kv_settings, options_of
 from effctx_core.backends.tape_session import (
     TapeSession,
     check_trained_context,

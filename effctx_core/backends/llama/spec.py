@@ -1,9 +1,9 @@
 """The llama backend as the registry knows it: its `[llama]` options and their checks, no runtime."""
 
+from effctx_core.backends.gguf.context import QUANTIZED_TYPES
 from effctx_core.backends.llama.settings import (
     CONTRACT_VARIANTS,
     MOVED_KEYS,
-    QUANTIZED_TYPES,
     LlamaOptions,
     check_profile,
     kv_settings,

@@ -12,11 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from effctx_core.backends.llama.executor import check_policy
-from effctx_core.backends.llama.gguf_facts import check_gguf_file
-from effctx_core.backends.llama.runtime import load_model
+from effctx_core.backends.common.policy import NoEditExecutor, check_policy
+from effctx_core.backends.gguf.facts import check_gguf_file
+from effctx_core.backends.gguf.runtime import load_model
 from effctx_core.backends.llama_cpp_build import require_build
 from effctx_core.backends.llama_server.client import ServerClient
 from effctx_core.backends.llama_server.connection import (
@@ -30,26 +28,15 @@ from effctx_core.backends.llama_server.info import BACKEND, model_info
 from effctx_core.backends.llama_server.session import LlamaServerSession
 from effctx_core.backends.llama_server.settings import options_of
 from effctx_core.backends.tape_session import check_trained_context
-from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RangeAction, RuntimeEviction, Session
-from effctx_core.errors import BackendUnavailableError, UnsupportedFeatureError
+from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RuntimeEviction, Session
+from effctx_core.errors import BackendUnavailableError
 from effctx_core.models import ProgressFn
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
-    from effctx_core.residency.blocks import BlockTable
 
 NO_SLOT_DIR = ("attached without slot_dir: effctx cannot read the server's slot files (set [llama-server] slot_dir "
                "to the server's --slot-save-path)")
-
-
-class NoEditExecutor:
-    """The server owns its slot's cache: check_policy admits only the policy that demotes
-    nothing, so a plan here never has anything to carry out."""
-
-    def apply(self, current: BlockTable, planned: BlockTable, demoted: np.ndarray) -> list[RangeAction]:
-        if len(demoted):
-            raise UnsupportedFeatureError("the llama-server backend cannot take ranges out of its slot")
-        return []
 
 
 class LlamaServerBackend:
@@ -116,7 +103,7 @@ class LlamaServerBackend:
         check_policy(info.capabilities, policy)
 
     def residency_executor(self, session: Session) -> NoEditExecutor:
-        return NoEditExecutor()
+        return NoEditExecutor("llama-server", "slot")
 
     def baseline(self, model_path: Path, profile: Profile) -> Baseline:
         from effctx_core.backends.llama_server.baseline import LlamaServerBaseline
@@ -125,7 +112,7 @@ class LlamaServerBackend:
         return LlamaServerBaseline(Path(model_path), profile)
 
     def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:
-        from effctx_core.backends.llama.capacity import capacity_report
+        from effctx_core.backends.gguf.capacity import capacity_report
 
         # The same llama.cpp cache as the llama backend's, of the slot's size (the tape
         # holds one token less: a prompt may not fill the slot).

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from effctx_core.backends.llama.runtime import load_model
+from effctx_core.backends.gguf.runtime import load_model
 from effctx_core.backends.llama_cpp_build import require_build
 from effctx_core.backends.llama_server.client import ServerClient
 from effctx_core.backends.llama_server.process import start_server

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from effctx_core.backends.llama.runtime import LoadedModel
+from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.llama_cpp_build import BINDING, LlamaCppBuild, binding_version, find_build, require_build
 from effctx_core.backends.llama_server.client import ServerClient, ServerError
 from effctx_core.backends.llama_server.process import StartedServer, binary_version, start_server

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from effctx_core.backends.llama.rpc_endpoints import free_port
-from effctx_core.backends.llama.settings import context_of
+from effctx_core.backends.common.network import free_port
+from effctx_core.backends.gguf.context import context_of
 from effctx_core.backends.llama_cpp_build import LlamaCppBuild, find_build
 from effctx_core.backends.llama_server.client import ServerClient, ServerError
 from effctx_core.errors import BackendUnavailableError, EffctxError

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence
 
 import numpy as np
 
-from effctx_core.backends.llama.runtime import LoadedModel
+from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.llama_server.client import Event, EventStream, ServerError, ServerRefusal
 from effctx_core.backends.llama_server.connection import ServerConnection
 from effctx_core.backends.llama_server.ledger import CacheLedger

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from effctx_core.backends.common.network import is_loopback
 from effctx_core.backends.conformance import ContractVariant
-from effctx_core.backends.llama.rpc_endpoints import is_loopback
-from effctx_core.backends.llama.settings import QUANTIZED_TYPES as LLAMA_QUANTIZED_TYPES
-from effctx_core.backends.llama.settings import LlamaContextOptions, context_kv_settings, kv_type_problems
+from effctx_core.backends.gguf.context import QUANTIZED_TYPES as LLAMA_QUANTIZED_TYPES
+from effctx_core.backends.gguf.context import LlamaContextOptions, context_kv_settings, kv_type_problems
 from effctx_core.backends.table import options_of as table_options_of
 from effctx_core.identity import Setting
 

@@ -8,36 +8,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import openvino as ov
 
-from effctx_core.backends.llama.executor import check_policy
-from effctx_core.backends.llama.gguf_facts import check_gguf_file
-from effctx_core.backends.llama.runtime import load_model
+from effctx_core.backends.common.policy import NoEditExecutor, check_policy
+from effctx_core.backends.gguf.facts import check_gguf_file
+from effctx_core.backends.gguf.runtime import load_model
 from effctx_core.backends.openvino.info import model_info
 from effctx_core.backends.openvino.runtime import cached_ir, converted, ready_ir
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, options_of
-from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RangeAction, RuntimeEviction, Session
-from effctx_core.errors import UnsupportedFeatureError
+from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RuntimeEviction, Session
 from effctx_core.models import ProgressFn
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
-    from effctx_core.residency.blocks import BlockTable
 
 # What a first open costs on 2 CPU cores (the default model; measured 22-26 s,
 # 3.4 GB peak memory, 272 MiB of int8 weights).
 CONVERSION_COST = "converts the GGUF to OpenVINO IR {when} (about 25 s and 3.5 GB of memory for the default model)"
-
-
-class NoEditExecutor:
-    """OpenVINO's caches cannot drop a middle range: check_policy admits only the policy
-    that demotes nothing, so a plan here never has anything to carry out."""
-
-    def apply(self, current: BlockTable, planned: BlockTable, demoted: np.ndarray) -> list[RangeAction]:
-        if len(demoted):
-            raise UnsupportedFeatureError("the OpenVINO backend cannot take ranges out of its cache")
-        return []
 
 
 class OpenVINOBackend:
@@ -92,7 +79,7 @@ class OpenVINOBackend:
         check_policy(info.capabilities, policy)
 
     def residency_executor(self, session: Session) -> NoEditExecutor:
-        return NoEditExecutor()
+        return NoEditExecutor("OpenVINO", "cache")
 
     def baseline(self, model_path: Path, profile: Profile) -> Baseline:
         from effctx_core.backends.openvino.baseline import OpenVINOBaseline

@@ -22,7 +22,7 @@ import numpy as np
 import openvino as ov
 import openvino_genai as genai
 
-from effctx_core.backends.llama.runtime import LoadedModel, load_model
+from effctx_core.backends.gguf.runtime import LoadedModel, load_model
 from effctx_core.backends.openvino.paged import scheduler_config
 from effctx_core.backends.openvino.runtime import (
     DEVICE,

@@ -20,7 +20,7 @@ import numpy as np
 import openvino as ov
 import openvino_genai as genai
 
-from effctx_core.backends.llama.runtime import LoadedModel
+from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.openvino.convert import ConvertedModel
 from effctx_core.backends.openvino.info import model_info
 from effctx_core.backends.openvino.runtime import DEVICE, first_line, plugin_config

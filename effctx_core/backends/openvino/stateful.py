@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import openvino as ov
 
-from effctx_core.backends.llama.runtime import LoadedModel
-from effctx_core.backends.llama.sampling import Sampler
+from effctx_core.backends.gguf.runtime import LoadedModel
+from effctx_core.backends.gguf.sampling import Sampler
 from effctx_core.backends.openvino.convert import ConvertedModel
 from effctx_core.backends.openvino.info import model_info
 from effctx_core.backends.openvino.runtime import compiled_model, first_line, infer_inputs, plugin_config

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from effctx_core.backends.llama.binding import llama_cpp
-from effctx_core.backends.llama.gguf_facts import check_gguf_file, facts_from_metadata
+from effctx_core.backends.gguf.binding import llama_cpp
+from effctx_core.backends.gguf.facts import check_gguf_file, facts_from_metadata
 from effctx_core.contract import ModelFacts
 from effctx_core.errors import ModelFileError
 

@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 
-from effctx_core.backends.llama.binding import llama_cpp
+from effctx_core.backends.gguf.binding import llama_cpp
 from effctx_core.contract import DecodeConfig
 
 

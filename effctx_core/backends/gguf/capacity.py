@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from effctx_core.backends.llama.settings import PLAIN_V_TYPES, context_of
+from effctx_core.backends.gguf.context import PLAIN_V_TYPES, context_of
 from effctx_core.capacity import KVBytes, LayerKV, RowBytes
 from effctx_core.contract import CapacityReport, ModelFacts, ModelInfo
 from effctx_core.contract.records import capacity_rows
