@@ -1,4 +1,4 @@
-"""`effctx bench overhead|cell|planner|residency`: throughput figures, with the quality beside them."""
+"""`effctx bench overhead|cell|planner|prefix-index|residency`: throughput figures, with the quality beside them."""
 
 from __future__ import annotations
 
@@ -66,6 +66,13 @@ def add_parser(sub) -> None:
     planner.add_argument("--tokens", type=COUNT, default=1_000_000, metavar="N")
     planner.add_argument("--block-size", type=COUNT, default=32, metavar="N")
     planner.add_argument("--json", action="store_true")
+    prefix = bench_sub.add_parser("prefix-index", help="time a longest-prefix lookup among stored states, through the "
+                                                        "prefix index and the old way (in memory: no store is written)")
+    prefix.add_argument("--states", type=COUNT, default=10_000, metavar="N", help="stored states (default 10000)")
+    prefix.add_argument("--tokens", type=COUNT, default=32_768, metavar="N",
+                        help="prompt tokens, the longest state's too (default 32768)")
+    prefix.add_argument("--lookups", type=COUNT, default=100, metavar="N", help="prompts timed (default 100)")
+    prefix.add_argument("--json", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
 def _measure(args: argparse.Namespace) -> int:
     if args.bench == "planner":
         return cmd_bench_planner(args)
+    if args.bench == "prefix-index":
+        return cmd_bench_prefix_index(args)
     if args.bench == "cell":
         return cmd_bench_cell(args)
     if args.bench == "ttft":
@@ -117,6 +126,27 @@ def cmd_bench_planner(args: argparse.Namespace) -> int:
     print(f"{'policy':16}{'median ms':>11}{'p95 ms':>9}")
     for r in rows:
         print(f"{r['policy']:16}{r['median_ms']:>11.3f}{r['p95_ms']:>9.3f}")
+    return 0
+
+
+def cmd_bench_prefix_index(args: argparse.Namespace) -> int:
+    from effctx_core.bench.prefix_index import run_prefix_index_benchmark
+
+    report = run_prefix_index_benchmark(args.states, args.tokens, args.lookups)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        old = report["stored_lengths"]
+        print(f"{report['states']} stored states ({report['conversations']} conversations, {old['distinct_lengths']} "
+              f"distinct lengths), {report['tokens']}-token prompts, blocks of {report['block_size']} tokens, "
+              f"{report['lookups']} lookups")
+        print(f"{'lookup':34}{'median ms':>11}{'p95 ms':>9}")
+        for name, row in (("prefix index", report["prefix_index"]), ("a hash per stored length (before)", old)):
+            print(f"{name:34}{row['median_ms']:>11.3f}{row['p95_ms']:>9.3f}")
+        print(f"the index was built in {report['build_ms']:.0f} ms ({report['links']} links); "
+              + ("both ways found the same states" if report["agree"] else "THE TWO WAYS DISAGREE"))
+    if not report["agree"]:
+        raise EffctxError("the prefix index and the stored-length lookup found different states")
     return 0
 
 

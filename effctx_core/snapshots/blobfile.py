@@ -240,6 +240,15 @@ def _hash_stream(f: BinaryIO, n: int) -> str:
     return digest.hexdigest()
 
 
+def read_tokens(f: BinaryIO) -> tuple[BlobHeader, tuple[int, ...]]:
+    """Header and tokens only, both checked; what the prefix index needs of a blob."""
+    header = read_header(f)
+    raw_tokens = _read_exact(f, 4 * header.n_tokens)
+    if hashlib.sha256(raw_tokens).hexdigest() != header.token_hash:
+        raise BlobDamage("checksum", "token list checksum mismatch")
+    return header, tuple(np.frombuffer(raw_tokens, dtype="<i4").tolist())
+
+
 def read_summary(f: BinaryIO) -> tuple[BlobHeader, dict]:
     """Header and meta only, both checked; enough to index a blob found without an entry."""
     header = read_header(f)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -42,3 +43,33 @@ def held_by_someone(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+class StoreLock:
+    """The store's lock file, held around every index/refs change, eviction and
+    quarantine move. Re-entrant within this object and its threads: a flock on a second
+    descriptor of the lock file would wait for ourselves."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.path = root / "lock"
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._thread_lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            self.root.mkdir(parents=True, exist_ok=True)
+            with exclusive(self.path):
+                self._depth = 1
+                try:
+                    yield
+                finally:
+                    self._depth = 0

@@ -4,14 +4,19 @@ Layout under the root (default: <user cache dir>/snapshots):
 
     blobs/<key>.snap      one blob per entry (format: blobfile.py); immutable once renamed
     blobs/.<key16>.*.tmp  a blob being written; flock'ed by its writer while alive
-    index.json            entries: identity, tokens, size, created, last use, meta
-    refs.json             owner (a saved snapshot tree) -> keys it keeps alive
-    quarantine/           blobs and files that failed a check, kept for a look
+    index.json            entries: identity, tokens, size, created, last use, meta (index.py)
+    refs.json             owner (a saved snapshot tree) -> keys it keeps alive (refs.py)
+    quarantine/           blobs and files that failed a check, kept for a look (quarantine.py)
     lock                  flock'ed around every index/refs change, eviction, quarantine
 
 Readers never take the lock to look things up: the index is replaced atomically, and a
 blob is checked in full before any byte of it is returned. A blob write happens outside
 the lock (it is the slow part); only the rename and the index update happen inside it.
+
+The store composes the parts: the files (blobs.py, index.py, refs.py, quarantine.py),
+the pure eviction policy (eviction.py), the checks of gc and verify (fsck.py) and the
+prefix index of its entries (stored_prefixes.py over prefix_index.py). Every change goes
+through one transaction: lock, load, change, write back what changed.
 """
 
 from __future__ import annotations
@@ -20,14 +25,12 @@ import json
 import os
 import re
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from effctx_core.atomic import atomic_write_bytes, fsync_dir
+from effctx_core.atomic import fsync_dir
 from effctx_core.snapshots import locking
 from effctx_core.snapshots.blobfile import (
     BLOB_SUFFIX,
@@ -40,11 +43,10 @@ from effctx_core.snapshots.blobfile import (
     is_digest,
     key_for,
     parse_header,
-    prefix_hashes,
     read_blob,
-    read_summary,
     token_bytes,
 )
+from effctx_core.snapshots.blobs import BlobFiles, write_error
 from effctx_core.snapshots.budget import BUDGET_ENV, Budget, resolve_budget
 from effctx_core.snapshots.errors import (
     AmbiguousSnapshotIdError,
@@ -56,7 +58,10 @@ from effctx_core.snapshots.errors import (
     SnapshotNotFoundError,
     SnapshotStoreError,
 )
-from effctx_core.snapshots.index import IndexData, make_record, owners_by_key, refs_from_bytes, refs_to_bytes
+from effctx_core.snapshots.eviction import EvictionPlan, plan_eviction
+from effctx_core.snapshots.fsck import check_blobs, check_key, reconcile, reindex
+from effctx_core.snapshots.index import IndexCache, IndexData, IndexFile, IndexRecord
+from effctx_core.snapshots.quarantine import Quarantine
 from effctx_core.snapshots.records import (
     EntryInfo,
     GcReport,
@@ -66,53 +71,53 @@ from effctx_core.snapshots.records import (
     StoreUsage,
     VerifyReport,
 )
+from effctx_core.snapshots.refs import DamagedRefs, Refs, RefsFile, check_owner
+from effctx_core.snapshots.stored_prefixes import StoredPrefixes
 from effctx_core.units import format_bytes
+
+__all__ = ["EntryInfo", "GcReport", "Peek", "Quarantined", "SnapshotStore", "StoreUsage", "Stored", "VerifyReport"]
 
 TEMP_GRACE_SECONDS = 60.0
 QUARANTINE_KEEP_DAYS = 7.0
 _ID = re.compile(r"[0-9a-f]{1,64}")
 
 
-@dataclass(frozen=True)
-class _View:  # not a NamedTuple: its `index` would shadow tuple.index
-    signature: tuple | None
-    index: IndexData
-    prefixes: dict[str, dict[int, dict[str, str]]]
-
-
-# --------------------------------------------------------------------------- the store
-
-
 class SnapshotStore:
     def __init__(self, root: Path | None = None, budget_bytes: int | None = None,
-                 *, clock: Callable[[], float] = time.time):
+                 *, clock: Callable[[], float] = time.time, files_clock: Callable[[], float] = time.time):
+        """`clock` stamps entries (created, last used) and quarantine names; `files_clock` is
+        what file ages (temp files of dead writers, quarantine purges) are measured against:
+        the clock the file system stamps mtimes with."""
         if root is None:
             from effctx_core.models import cache_dir
 
             root = cache_dir() / "snapshots"
         self.root = Path(root)
-        self.blobs_dir = self.root / "blobs"
+        self._blobs = BlobFiles(self.root)
+        self.blobs_dir = self._blobs.dir
         self.quarantine_dir = self.root / "quarantine"
         self.index_path = self.root / "index.json"
         self.refs_path = self.root / "refs.json"
-        self.lock_path = self.root / "lock"
+        self._lock = locking.StoreLock(self.root)
+        self.lock_path = self._lock.path
+        self._refs_file = RefsFile(self.refs_path)
+        self._quarantine = Quarantine(self.quarantine_dir, clock)
+        self._index = IndexCache(IndexFile(self.index_path), self._lock, self._rebuilt_index)
+        self._prefixes = StoredPrefixes(self._blobs.tokens)
         self._clock = clock
+        self._files_clock = files_clock
         # Resolve an explicit or environment budget now, so bad input fails at once; the
         # disk-share default needs the index and is computed on first use.
         self._budget: Budget | None = None
         if budget_bytes is not None or os.environ.get(BUDGET_ENV, "").strip():
             self._budget = resolve_budget(budget_bytes, self.root, 0)
-        self._view = _View(None, IndexData(), {})
-        self._quarantine_log: list[Quarantined] = []
-        self._thread_lock = threading.RLock()
-        self._lock_depth = 0
 
     # ----------------------------------------------------------------- budget
 
     @property
     def budget(self) -> Budget:
         if self._budget is None:
-            self._budget = resolve_budget(None, self.root, self._current().index.total_bytes())
+            self._budget = resolve_budget(None, self.root, self._index.current().total_bytes())
         return self._budget
 
     @property
@@ -122,44 +127,37 @@ class SnapshotStore:
     # ----------------------------------------------------------------- lookups
 
     def blob_path(self, key: str) -> Path:
-        return self.blobs_dir / f"{key}{BLOB_SUFFIX}"
+        return self._blobs.path(key)
 
     def find(self, identity_digest: str, tokens: Sequence[int]) -> str | None:
         """The key of an entry for exactly these tokens under this identity, if any."""
         key = key_for(identity_digest, tokens)
-        return key if key in self._current().index.entries else None
+        return key if key in self._index.current().entries else None
 
     def longest_prefix(self, identity_digest: str, tokens: Sequence[int]) -> tuple[str, int] | None:
-        """(key, n) of the entry holding the longest prefix tokens[:n], n >= 1, if any."""
+        """(key, n) of the entry holding the longest prefix tokens[:n], n >= 1, if any:
+        through the prefix index, in time proportional to the blocks of `tokens`."""
         check_identity_digest(identity_digest)
-        by_length = self._current().prefixes.get(identity_digest, {})
-        lengths = [n for n in by_length if 1 <= n <= len(tokens)]
-        if not lengths:
-            return None
-        hashes = prefix_hashes(tokens[: max(lengths)], lengths)
-        for n in sorted(lengths, reverse=True):
-            key = by_length[n].get(hashes[n])
-            if key is not None:
-                return key, n
-        return None
+        match = self._prefixes.longest(identity_digest, tokens, self._index.current().entries)
+        return None if match is None else (match.value, match.n_tokens)
 
     def ls(self) -> list[EntryInfo]:
         """Every entry, most recently used first."""
-        index = self._current().index
-        owners = owners_by_key(self._read_refs())
-        order = sorted(index.entries.items(), key=lambda kv: kv[1]["use"], reverse=True)
+        index = self._index.current()
+        owners = self._refs_file.read().by_key()
+        order = sorted(index.entries.items(), key=lambda kv: kv[1].use, reverse=True)
         return [_entry(k, r, owners.get(k, ())) for k, r in order]
 
     def info(self, key: str) -> EntryInfo:
-        record = self._current().index.entries.get(key)
+        record = self._index.current().entries.get(key)
         if record is None:
             raise SnapshotNotFoundError(f"no snapshot with key {key}")
-        return _entry(key, record, owners_by_key(self._read_refs()).get(key, ()))
+        return _entry(key, record, self._refs_file.read().by_key().get(key, ()))
 
     def usage(self) -> StoreUsage:
-        index = self._current().index
-        owners = owners_by_key(self._read_refs())
-        referenced = sum(r["bytes"] for k, r in index.entries.items() if k in owners)
+        index = self._index.current()
+        owners = self._refs_file.read().by_key()
+        referenced = sum(r.bytes for k, r in index.entries.items() if k in owners)
         return StoreUsage(str(self.root), len(index.entries), index.total_bytes(), referenced,
                           self.budget.bytes, self.budget.source)
 
@@ -168,7 +166,7 @@ class SnapshotStore:
         text = id_prefix.strip().lower()
         if not _ID.fullmatch(text):
             raise SnapshotNotFoundError(f"not a snapshot ID: {id_prefix!r} (expected hex digits)")
-        matches = sorted(k for k in self._current().index.entries if k.startswith(text))
+        matches = sorted(k for k in self._index.current().entries if k.startswith(text))
         if not matches:
             raise SnapshotNotFoundError(f"no snapshot matches ID {text}")
         if len(matches) > 1:
@@ -178,9 +176,25 @@ class SnapshotStore:
 
     def unique_prefix_length(self, minimum: int = 12) -> int:
         """The shortest ID length (at least `minimum`) that tells every entry apart."""
-        keys = sorted(self._current().index.entries)
+        keys = sorted(self._index.current().entries)
         longest = max((_common_prefix(a, b) for a, b in zip(keys, keys[1:])), default=0)
         return max(minimum, longest + 1)
+
+    def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
+        """Of these keys, the ones the store does not hold, each with why: "quarantined"
+        (a check set its blob aside) or "not in the store" (removed, or never saved here).
+        A key is held when the index lists it and its blob file is there."""
+        entries = self._index.current().entries
+        missing = {k: "" for k in keys if k not in entries or self._blobs.size(k) is None}
+        if missing:
+            set_aside = self._quarantine.names()
+            for key in missing:
+                seen = any(name.startswith(f"{key}{BLOB_SUFFIX}.") for name in set_aside)
+                missing[key] = "quarantined" if seen else "not in the store"
+        return missing
+
+    def refs_of(self, owner: str) -> tuple[str, ...]:
+        return self._refs_file.read().keys_of(owner)
 
     # ----------------------------------------------------------------- reads
 
@@ -194,7 +208,13 @@ class SnapshotStore:
         contents, _ = self._read_checked(key, want_payload=True)
         if contents.header.identity != expected_identity_digest:
             raise ForeignSnapshotError(key, expected_identity_digest, contents.header.identity)
-        self._touch(key)
+        # Best effort: a read-only store still serves reads, it just stops learning LRU order.
+        try:
+            with self._transaction() as (index, _):
+                if key in index.entries:
+                    index.touch(key, self._clock())
+        except SnapshotError:
+            pass
         assert contents.payload is not None
         return Stored(contents.tokens, contents.payload, contents.meta)
 
@@ -215,7 +235,7 @@ class SnapshotStore:
         """
         check_identity_digest(identity_digest)
         if owner is not None:
-            _check_owner(owner)
+            check_owner(owner)
         raw_tokens = token_bytes(tokens)
         raw_meta = encode_meta(meta)
         payload = memoryview(payload).cast("B")
@@ -231,263 +251,169 @@ class SnapshotStore:
             )
         # Cheap early refusal before writing what may be hundreds of MB; the locked
         # check below is the one that counts.
-        self._plan_eviction(self._current().index, self._read_refs(), size, keep=key, strict=True)
-        fd, tmp = self._write_temp(key, (raw_header, raw_tokens, raw_meta, payload))
-        final = self.blob_path(key)
+        self._plan_to_fit(self._index.current(), self._refs_file.read(), size, keep=key)
+        fd, tmp = _write_temp(self._blobs, key, (raw_header, raw_tokens, raw_meta, payload))
+        final = self._blobs.path(key)
         renamed = False
         try:
-            with self._locked():
-                index = self._load_index()
-                refs = self._read_refs()
-                self._evict(index, self._plan_eviction(index, refs, size, keep=key, strict=True))
+            with self._transaction(refs=True) as (index, refs):
+                self._evict(index, self._plan_to_fit(index, refs, size, keep=key))
                 os.replace(tmp, final)
                 renamed = True
                 fsync_dir(self.blobs_dir)
                 now = self._clock()
                 # The meta as the blob holds it (JSON-normalized), so put and ls agree.
-                index.entries[key] = make_record(header, json.loads(raw_meta), size, now, now, index.tick())
+                record = IndexRecord.of(header, json.loads(raw_meta), size, now, now, index.tick())
+                index.add(key, record)
                 if owner is not None:
-                    refs.setdefault(owner, [])
-                    if key not in refs[owner]:
-                        refs[owner].append(key)
-                    # Refs first: a crash between the two writes leaves a ref to a blob
-                    # that is not indexed yet (harmless), never an unprotected entry.
-                    self._write_refs(refs)
-                self._write_index(index)
-                record = index.entries[key]
-        except OSError as exc:
+                    refs.add(owner, key)
+        except SnapshotStoreError:
             if renamed:  # do not leave a blob the index does not know about
                 final.unlink(missing_ok=True)
-            raise self._write_error(exc) from None
+            raise
         finally:
             os.close(fd)
             Path(tmp).unlink(missing_ok=True)
-        return _entry(key, record, owners_by_key(refs).get(key, ()))
+        self._prefixes.added(key, record, raw_tokens)
+        return _entry(key, record, refs.by_key().get(key, ()))
 
     def rm(self, key: str, force: bool = False) -> EntryInfo | None:
         """Delete an entry; one a saved tree references only with force (dropping the refs).
 
         Returns what the index knew of it (None for a blob the index did not list).
         """
-        try:
-            with self._locked():
-                index = self._load_index()
-                refs = self._read_refs()
-                record = index.entries.get(key)
-                path = self.blob_path(key)
-                if record is None and not path.exists():
-                    raise SnapshotNotFoundError(f"no snapshot with key {key}")
-                owners = owners_by_key(refs).get(key, ())
-                if owners and not force:
-                    raise SnapshotInUseError(
-                        f"snapshot {key[:12]} is referenced by {', '.join(owners)}; remove those refs first or force"
-                    )
-                path.unlink(missing_ok=True)
-                fsync_dir(self.blobs_dir)
-                info = _entry(key, record, owners) if record else None
-                if owners:
-                    for owner in owners:
-                        refs[owner] = [k for k in refs[owner] if k != key]
-                    self._write_refs(refs)
-                if record is not None:
-                    del index.entries[key]
-                    self._write_index(index)
-        except OSError as exc:
-            raise self._write_error(exc) from None
-        return info
+        with self._transaction(refs=True) as (index, refs):
+            record = index.entries.get(key)
+            if record is None and not self._blobs.path(key).exists():
+                raise SnapshotNotFoundError(f"no snapshot with key {key}")
+            owners = refs.by_key().get(key, ())
+            if owners and not force:
+                raise SnapshotInUseError(
+                    f"snapshot {key[:12]} is referenced by {', '.join(owners)}; remove those refs first or force"
+                )
+            self._blobs.delete([key])
+            refs.drop_key(key)
+            index.drop(key)
+        return _entry(key, record, owners) if record else None
 
     def add_ref(self, key: str, owner: str) -> None:
         """Keep `key` alive for `owner` (e.g. a saved snapshot tree) until remove_refs."""
-        _check_owner(owner)
-        try:
-            with self._locked():
-                if key not in self._load_index().entries:
-                    raise SnapshotNotFoundError(f"no snapshot with key {key}")
-                refs = self._read_refs()
-                keys = refs.setdefault(owner, [])
-                if key not in keys:
-                    keys.append(key)
-                    self._write_refs(refs)
-        except OSError as exc:
-            raise self._write_error(exc) from None
+        check_owner(owner)
+        with self._transaction(refs=True) as (index, refs):
+            if key not in index.entries:
+                raise SnapshotNotFoundError(f"no snapshot with key {key}")
+            refs.add(owner, key)
 
     def remove_refs(self, owner: str) -> int:
         """Drop every ref `owner` holds; returns how many. The entries become evictable."""
-        try:
-            with self._locked():
-                refs = self._read_refs()
-                removed = len(refs.pop(owner, []))
-                if removed:
-                    self._write_refs(refs)
-        except OSError as exc:
-            raise self._write_error(exc) from None
-        return removed
-
-    def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
-        """Of these keys, the ones the store does not hold, each with why: "quarantined"
-        (a check set its blob aside) or "not in the store" (removed, or never saved here).
-        A key is held when the index lists it and its blob file is there."""
-        entries = self._current().index.entries
-        missing = {k: "" for k in keys if k not in entries or _size_or_none(self.blob_path(k)) is None}
-        if missing:
-            try:
-                set_aside = [p.name for p in self.quarantine_dir.iterdir()]
-            except OSError:
-                set_aside = []
-            for key in missing:
-                seen = any(name.startswith(f"{key}{BLOB_SUFFIX}.") for name in set_aside)
-                missing[key] = "quarantined" if seen else "not in the store"
-        return missing
-
-    def refs_of(self, owner: str) -> tuple[str, ...]:
-        return tuple(sorted(self._read_refs().get(owner, [])))
+        with self._transaction(index=False, refs=True) as (_, refs):
+            return refs.drop_owner(owner)
 
     def quarantine(self, key: str, reason: str) -> Path | None:
         """Set an entry aside that a caller found unusable (e.g. the runtime refused it)."""
-        path = self.blob_path(key)
+        path = self._blobs.path(key)
         try:
             st = os.stat(path)
         except FileNotFoundError:
             return None
-        return self._quarantine(path, key, BlobDamage("rejected", reason), st)
+        return self._set_aside(path, key, BlobDamage("rejected", reason), st)
 
     # ----------------------------------------------------------------- maintenance
 
     def gc(self, stale_after: float = TEMP_GRACE_SECONDS, quarantine_days: float = QUARANTINE_KEEP_DAYS) -> GcReport:
         """Evict to budget, remove temp files of dead writers, reconcile index and blobs."""
-        log_start = len(self._quarantine_log)
+        mark = len(self._quarantine.log)
         if not self.root.is_dir():
             return GcReport((), 0, (), (), (), (), (), self.usage())
         _ = self.budget  # resolved before the lock: the default budget reads the index
-        try:
-            with self._locked():
-                temps = self._remove_stale_temps(stale_after)
-                index = self._load_index()
-                refs = self._read_refs()
-                adopted, dropped = self._reconcile(index)
-                evict = self._plan_eviction(index, refs, 0, keep=None, strict=False)
-                freed = self._evict(index, evict)
-                if adopted or dropped or evict:
-                    self._write_index(index)
-                purged = self._purge_quarantine(quarantine_days)
-        except OSError as exc:
-            raise self._write_error(exc) from None
-        return GcReport(tuple(evict), freed, temps, adopted, dropped,
-                        tuple(self._quarantine_log[log_start:]), purged, self.usage())
+        with self._transaction(refs=True) as (index, refs):
+            # Index and refs temp files (atomic_write_bytes) are only written under the lock we hold.
+            temps = self._blobs.remove_stale_temps(list(self.root.glob(".*.json.*.tmp")), self._files_clock(),
+                                                   stale_after)
+            adopted, dropped = reconcile(index, self._blobs, self._quarantine)
+            plan = self._plan_to_fit(index, refs, 0, keep=None, strict=False)
+            self._evict(index, plan)
+            purged = self._quarantine.purge(self._files_clock() - quarantine_days * 86400)
+        return GcReport(plan.victims, plan.freed_bytes, temps, adopted, dropped, self._quarantine.since(mark), purged,
+                        self.usage())
 
     def verify(self) -> VerifyReport:
         """Check every blob in full; quarantine the bad ones; make the index agree."""
-        log_start = len(self._quarantine_log)
+        mark = len(self._quarantine.log)
         if not self.root.is_dir():
             return VerifyReport(0, 0, (), (), (), (), ())
         refs = self._refs_or_quarantine()
-        checked = 0
-        headers = {}
-        for path in self._blob_dir_files():
-            name = path.name
-            if _is_temp(name):
-                continue  # a writer's business; gc removes dead writers' files
-            checked += 1
-            key = name[: -len(BLOB_SUFFIX)] if name.endswith(BLOB_SUFFIX) else ""
-            try:
-                f = open(path, "rb")
-            except FileNotFoundError:
-                continue
-            except OSError as exc:  # permissions, not damage: nothing to quarantine
-                raise SnapshotStoreError(f"cannot read snapshot {path}: {exc.strerror}") from None
-            with f:
-                st = os.fstat(f.fileno())
-                try:
-                    if not is_digest(key):
-                        raise BlobDamage("stray", "not a snapshot blob file name")
-                    contents = read_blob(f, want_payload=False)
-                    _check_key(contents, key)
-                    headers[key] = contents
-                except BlobDamage as damage:
-                    self._quarantine(path, key or name, damage, st)
-                except OSError as exc:
-                    self._quarantine(path, key or name, BlobDamage("unreadable", f"unreadable: {exc.strerror}"), st)
-        try:
-            with self._locked():
-                index = self._load_index()
-                adopted, dropped = self._reconcile(index)
-                reindexed = []
-                for key, contents in headers.items():
-                    record = index.entries.get(key)
-                    size = _size_or_none(self.blob_path(key))
-                    if record is None or size is None:
-                        continue
-                    h = contents.header
-                    if (record["identity"], record["n_tokens"], record["token_hash"], record["bytes"], record["meta"]) != (
-                        h.identity, h.n_tokens, h.token_hash, size, contents.meta
-                    ):
-                        index.entries[key] = make_record(h, contents.meta, size, record["created"],
-                                                         record["last_used"], record["use"])
-                        reindexed.append(key)
-                if adopted or dropped or reindexed:
-                    self._write_index(index)
-        except OSError as exc:
-            raise self._write_error(exc) from None
-        dangling = tuple(sorted((o, k) for o, keys in refs.items() for k in keys if k not in index.entries))
-        quarantined = tuple(self._quarantine_log[log_start:])
-        return VerifyReport(checked, len(headers), quarantined, adopted, dropped, tuple(reindexed), dangling)
+        checked, good = check_blobs(self._blobs, self._set_aside)
+        with self._transaction() as (index, _):
+            adopted, dropped = reconcile(index, self._blobs, self._quarantine)
+            reindexed = reindex(index, good, self._blobs)
+        return VerifyReport(checked, len(good), self._quarantine.since(mark), adopted, dropped, reindexed,
+                            refs.dangling(index.entries))
 
-    # ----------------------------------------------------------------- internals: files
+    # ----------------------------------------------------------------- internals: the transaction
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        # Re-entrant within this object: flock on a second descriptor of the lock file
-        # would wait for ourselves.
-        with self._thread_lock:
-            if self._lock_depth:
-                self._lock_depth += 1
-                try:
-                    yield
-                finally:
-                    self._lock_depth -= 1
-                return
-            self.root.mkdir(parents=True, exist_ok=True)
-            with locking.exclusive(self.lock_path):
-                self._lock_depth = 1
-                try:
-                    yield
-                finally:
-                    self._lock_depth = 0
-
-    def _write_error(self, exc: OSError) -> SnapshotStoreError:
-        return SnapshotStoreError(f"cannot write snapshot store at {self.root}: {exc.strerror or exc}")
-
-    def _write_temp(self, key: str, parts: Sequence[bytes | memoryview]) -> tuple[int, str]:
-        """The blob, complete and fsynced, in a temp file this process holds a flock on."""
+    def _transaction(self, *, index: bool = True, refs: bool = False) -> Iterator[tuple[IndexData, Refs]]:
+        """Under the lock: the index and refs fresh from disk (each when asked for), to
+        change; what changed is written back when the block ends without an error. Refs
+        first: a crash between the two writes leaves a ref to a blob that is not indexed
+        yet (harmless), never an unprotected entry. An OSError is one line naming the store."""
         try:
-            self.blobs_dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.blobs_dir, prefix=f".{key[:16]}.", suffix=".tmp")
+            with self._lock.held():
+                data = self._index.load() if index else IndexData()
+                table = self._refs_file.read() if refs else Refs()
+                yield data, table
+                if table.changed:
+                    self._refs_file.write(table)
+                if data.changed:
+                    self._index.write(data)
         except OSError as exc:
-            raise self._write_error(exc) from None
-        try:
-            locking.lock_fd(fd)
-            _write_parts(fd, parts)
-            os.fsync(fd)
-        except BaseException as exc:
-            os.close(fd)
-            Path(tmp).unlink(missing_ok=True)
-            if isinstance(exc, OSError):
-                raise self._write_error(exc) from None
-            raise
-        return fd, tmp
+            raise write_error(self.root, exc) from None
 
-    def _blob_dir_files(self) -> list[Path]:
+    def _plan_to_fit(self, index: IndexData, refs: Refs, incoming: int, keep: str | None,
+                     strict: bool = True) -> EvictionPlan:
+        plan = plan_eviction(index.entries, refs.by_key(), incoming, self.budget.bytes, keep)
+        if strict and not plan.fits:
+            raise SnapshotBudgetError(
+                f"a {format_bytes(incoming)} snapshot does not fit: saved snapshot trees reference "
+                f"{format_bytes(plan.kept_bytes)} of the {format_bytes(plan.budget)} snapshot budget "
+                f"({self.budget.source}); raise {BUDGET_ENV} or delete saved trees"
+            )
+        return plan
+
+    def _evict(self, index: IndexData, plan: EvictionPlan) -> None:
+        self._blobs.delete(plan.victims)
+        for key in plan.victims:
+            index.drop(key)
+
+    # ----------------------------------------------------------------- internals: index, refs
+
+    def _rebuilt_index(self) -> IndexData:
+        """Under the lock: the damaged index set aside, a new one made from the blobs."""
+        self._quarantine.move(self.index_path, BlobDamage("damaged", "index file damaged; rebuilt from the blobs"))
+        index = IndexData()
+        reconcile(index, self._blobs, self._quarantine)
+        return index
+
+    def _refs_or_quarantine(self) -> Refs:
         try:
-            return sorted(self.blobs_dir.iterdir())
-        except FileNotFoundError:
-            return []
+            return self._refs_file.read()
+        except DamagedRefs:
+            pass
+        try:
+            with self._lock.held():
+                self._quarantine.move(self.refs_path, BlobDamage(
+                    "damaged", "refs file damaged; saved trees no longer protect their snapshots"))
         except OSError as exc:
-            raise SnapshotStoreError(f"cannot read snapshot store at {self.root}: {exc.strerror}") from None
+            raise write_error(self.root, exc) from None
+        return Refs()
+
+    # ----------------------------------------------------------------- internals: blobs
 
     def _read_checked(self, key: str, want_payload: bool) -> tuple[BlobContents, int]:
         if not is_digest(key):
             raise SnapshotNotFoundError(f"not a snapshot key: {key!r}")
-        path = self.blob_path(key)
+        path = self._blobs.path(key)
         try:
             f = open(path, "rb")
         except FileNotFoundError:
@@ -499,253 +425,44 @@ class SnapshotStore:
             st = os.fstat(f.fileno())
             try:
                 contents = read_blob(f, want_payload)
-                _check_key(contents, key)
+                check_key(contents, key)
             except BlobDamage as damage:
-                raise CorruptSnapshotError(key, damage.reason, self._quarantine(path, key, damage, st)) from None
+                raise CorruptSnapshotError(key, damage.reason, self._set_aside(path, key, damage, st)) from None
             except OSError as exc:  # EIO from a failing disk: the blob is not usable
                 unreadable = BlobDamage("unreadable", f"unreadable: {exc.strerror}")
-                raise CorruptSnapshotError(key, unreadable.reason, self._quarantine(path, key, unreadable, st)) from None
+                raise CorruptSnapshotError(key, unreadable.reason, self._set_aside(path, key, unreadable, st)) from None
         return contents, st.st_size
 
-    def _quarantine(self, path: Path, name: str, damage: BlobDamage, seen: os.stat_result) -> Path | None:
-        """Move a bad file aside, unless it was replaced since it was read."""
+    def _set_aside(self, path: Path, name: str, damage: BlobDamage, seen: os.stat_result) -> Path | None:
+        """Move a bad file to the quarantine, unless it was replaced since it was read."""
         try:
-            with self._locked():
+            with self._lock.held():
                 try:
                     now = os.stat(path)
                 except FileNotFoundError:
                     return None
                 if (now.st_ino, now.st_dev) != (seen.st_ino, seen.st_dev):
                     return None  # a fresh put replaced it: that file is not the bad one
-                dest = self._move_to_quarantine(path, damage)
-                key = name if is_digest(name) else None
-                index = self._load_index()
-                if key and key in index.entries:
-                    del index.entries[key]
-                    self._write_index(index)
+                dest = self._quarantine.move(path, damage)
+                index = self._index.load()
+                if is_digest(name) and index.drop(name) is not None:
+                    self._index.write(index)
         except OSError:
             # A read-only store: the damage is still reported, nothing is moved.
-            self._quarantine_log.append(Quarantined(path.name, damage.reason, ""))
+            self._quarantine.note(path, damage)
             return None
-        return dest
-
-    def _move_to_quarantine(self, path: Path, damage: BlobDamage) -> Path:
-        self.quarantine_dir.mkdir(exist_ok=True)
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        dest = self.quarantine_dir / f"{path.name}.{stamp}.{damage.slug}"
-        n = 1
-        while dest.exists():
-            n += 1
-            dest = self.quarantine_dir / f"{path.name}.{stamp}.{damage.slug}.{n}"
-        os.replace(path, dest)
-        fsync_dir(path.parent)
-        fsync_dir(self.quarantine_dir)
-        self._quarantine_log.append(Quarantined(path.name, damage.reason, str(dest)))
         return dest
 
     def _forget(self, key: str) -> None:
         """Drop the index entry of a blob that is gone (evicted by another process)."""
-        if key not in self._current().index.entries:
+        if key not in self._index.current().entries:
             return
         try:
-            with self._locked():
-                index = self._load_index()
-                if key in index.entries and not self.blob_path(key).exists():
-                    del index.entries[key]
-                    self._write_index(index)
-        except (OSError, SnapshotError):
+            with self._transaction() as (index, _):
+                if key in index.entries and not self._blobs.path(key).exists():
+                    index.drop(key)
+        except SnapshotError:
             pass
-
-    def _touch(self, key: str) -> None:
-        # Best effort: a read-only store still serves reads, it just stops learning LRU order.
-        try:
-            with self._locked():
-                index = self._load_index()
-                record = index.entries.get(key)
-                if record is not None:
-                    record["use"] = index.tick()
-                    record["last_used"] = self._clock()
-                    self._write_index(index)
-        except (OSError, SnapshotError):
-            pass
-
-    def _remove_stale_temps(self, stale_after: float) -> tuple[str, ...]:
-        now = time.time()
-        removed = []
-        candidates = [p for p in self._blob_dir_files() if _is_temp(p.name)]
-        # Index and refs temp files (atomic_write_bytes) are only written under the lock we hold.
-        candidates += [p for p in self.root.glob(".*.json.*.tmp")]
-        for path in candidates:
-            try:
-                age = now - path.stat().st_mtime
-            except FileNotFoundError:
-                continue
-            # A live writer holds a flock on its temp file however long it takes.
-            if age < stale_after or locking.held_by_someone(path):
-                continue
-            path.unlink(missing_ok=True)
-            removed.append(path.name)
-        return tuple(removed)
-
-    def _purge_quarantine(self, days: float) -> tuple[str, ...]:
-        if not self.quarantine_dir.is_dir():
-            return ()
-        cutoff = time.time() - days * 86400
-        purged = []
-        for path in sorted(self.quarantine_dir.iterdir()):
-            if path.stat().st_mtime < cutoff:
-                path.unlink(missing_ok=True)
-                purged.append(path.name)
-        return tuple(purged)
-
-    # ----------------------------------------------------------------- internals: index
-
-    def _current(self) -> _View:
-        """The index as last written, re-read only when the file changed (no lock)."""
-        try:
-            st = self.index_path.stat()
-        except (FileNotFoundError, NotADirectoryError):  # no store here (yet)
-            return _View(None, IndexData(), {})
-        except OSError as exc:
-            raise SnapshotStoreError(f"cannot read snapshot index {self.index_path}: {exc.strerror}") from None
-        signature = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if signature != self._view.signature:
-            index = self._parse_index()
-            if index is None:  # damaged: repairing needs the lock
-                try:
-                    with self._locked():
-                        index = self._load_index()
-                except OSError as exc:
-                    raise SnapshotStoreError(
-                        f"snapshot index {self.index_path} is damaged and cannot be rebuilt: {exc.strerror}"
-                    ) from None
-                self._view = _View(None, index, index.prefix_map())
-                return self._view
-            self._view = _View(signature, index, index.prefix_map())
-        return self._view
-
-    def _parse_index(self) -> IndexData | None:
-        try:
-            raw = self.index_path.read_bytes()
-        except FileNotFoundError:
-            return IndexData()
-        except OSError as exc:
-            raise SnapshotStoreError(f"cannot read snapshot index {self.index_path}: {exc.strerror}") from None
-        try:
-            return IndexData.from_bytes(raw)
-        except (ValueError, UnicodeDecodeError):
-            return None
-
-    def _load_index(self) -> IndexData:
-        """Under the lock: the index, fresh from disk; a damaged one is rebuilt from the blobs."""
-        index = self._parse_index()
-        if index is None:
-            self._move_to_quarantine(self.index_path, BlobDamage("damaged", "index file damaged; rebuilt from the blobs"))
-            index = IndexData()
-            self._reconcile(index)
-            self._write_index(index)
-        return index
-
-    def _write_index(self, index: IndexData) -> None:
-        atomic_write_bytes(self.index_path, index.to_bytes())
-        st = self.index_path.stat()
-        self._view = _View((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), index, index.prefix_map())
-
-    def _reconcile(self, index: IndexData) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """Under the lock: make the index list exactly the blobs on disk."""
-        on_disk = {p.name[: -len(BLOB_SUFFIX)]: p for p in self._blob_dir_files()
-                   if p.name.endswith(BLOB_SUFFIX) and is_digest(p.name[: -len(BLOB_SUFFIX)])}
-        dropped = tuple(sorted(k for k in index.entries if k not in on_disk))
-        for key in dropped:
-            del index.entries[key]
-        adopted = []
-        for key in sorted(set(on_disk) - set(index.entries)):
-            path = on_disk[key]
-            try:
-                f = open(path, "rb")
-            except FileNotFoundError:
-                continue
-            with f:
-                st = os.fstat(f.fileno())
-                try:
-                    header, meta = read_summary(f)
-                    if header.key != key:
-                        raise BlobDamage("key-mismatch", _mismatch(key, header.key))
-                except BlobDamage as damage:
-                    self._move_to_quarantine(path, damage)
-                    continue
-            # Found without an entry: its writer died between rename and index update.
-            # Nothing says it was used recently, so it goes first under LRU.
-            index.entries[key] = make_record(header, meta, st.st_size, st.st_mtime, st.st_mtime, 0)
-            adopted.append(key)
-        return tuple(adopted), dropped
-
-    def _plan_eviction(self, index: IndexData, refs: dict[str, list[str]], incoming: int,
-                       keep: str | None, strict: bool) -> list[str]:
-        """Least recently used unreferenced keys whose removal makes `incoming` fit."""
-        budget = self.budget.bytes
-        total = index.total_bytes(skip=keep)
-        if total + incoming <= budget:
-            return []
-        referenced = set(owners_by_key(refs))
-        victims = []
-        for key, record in sorted(index.entries.items(), key=lambda kv: kv[1]["use"]):
-            if total + incoming <= budget:
-                break
-            if key == keep or key in referenced:
-                continue
-            victims.append(key)
-            total -= record["bytes"]
-        if strict and total + incoming > budget:
-            raise SnapshotBudgetError(
-                f"a {format_bytes(incoming)} snapshot does not fit: saved snapshot trees reference "
-                f"{format_bytes(total)} of the {format_bytes(budget)} snapshot budget ({self.budget.source}); "
-                f"raise {BUDGET_ENV} or delete saved trees"
-            )
-        return victims
-
-    def _evict(self, index: IndexData, keys: list[str]) -> int:
-        freed = 0
-        for key in keys:
-            self.blob_path(key).unlink(missing_ok=True)
-            freed += index.entries.pop(key)["bytes"]
-        if keys:
-            fsync_dir(self.blobs_dir)
-        return freed
-
-    # ----------------------------------------------------------------- internals: refs
-
-    def _read_refs(self) -> dict[str, list[str]]:
-        try:
-            raw = self.refs_path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return {}
-        except OSError as exc:
-            raise SnapshotStoreError(f"cannot read snapshot refs {self.refs_path}: {exc.strerror}") from None
-        try:
-            return refs_from_bytes(raw)
-        except (ValueError, UnicodeDecodeError):
-            # Refs cannot be rebuilt: refuse to guess which entries are protected.
-            raise _DamagedRefs(
-                f"snapshot refs file {self.refs_path} is damaged; `effctx snapshots verify` sets it aside "
-                "(saved trees then no longer protect their snapshots from eviction)"
-            ) from None
-
-    def _refs_or_quarantine(self) -> dict[str, list[str]]:
-        try:
-            return self._read_refs()
-        except _DamagedRefs:
-            pass
-        try:
-            with self._locked():
-                self._move_to_quarantine(self.refs_path, BlobDamage(
-                    "damaged", "refs file damaged; saved trees no longer protect their snapshots"))
-        except OSError as exc:
-            raise self._write_error(exc) from None
-        return {}
-
-    def _write_refs(self, refs: dict[str, list[str]]) -> None:
-        atomic_write_bytes(self.refs_path, refs_to_bytes(refs))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -759,34 +476,24 @@ def _write_parts(fd: int, parts: Sequence[bytes | memoryview]) -> None:
             view = view[written:]
 
 
-class _DamagedRefs(SnapshotStoreError):
-    pass
-
-
-def _check_key(contents: BlobContents, key: str) -> None:
-    if contents.header.key != key:
-        raise BlobDamage("key-mismatch", _mismatch(key, contents.header.key))
-
-
-def _mismatch(name_key: str, header_key: str) -> str:
-    return (f"the file name says key {name_key[:12]}, its header's identity and tokens give "
-            f"{header_key[:12]}")
-
-
-def _check_owner(owner: str) -> None:
-    if not isinstance(owner, str) or not owner.strip():
-        raise SnapshotError("a snapshot ref owner must be a non-empty string")
-
-
-def _is_temp(name: str) -> bool:
-    return name.startswith(".") and name.endswith(".tmp")
-
-
-def _size_or_none(path: Path) -> int | None:
+def _write_temp(blobs: BlobFiles, key: str, parts: Sequence[bytes | memoryview]) -> tuple[int, str]:
+    """The blob, complete and fsynced, in a temp file this process holds a flock on."""
     try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return None
+        blobs.dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=blobs.dir, prefix=f".{key[:16]}.", suffix=".tmp")
+    except OSError as exc:
+        raise write_error(blobs.root, exc) from None
+    try:
+        locking.lock_fd(fd)
+        _write_parts(fd, parts)
+        os.fsync(fd)
+    except BaseException as exc:
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise write_error(blobs.root, exc) from None
+        raise
+    return fd, tmp
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -796,6 +503,6 @@ def _common_prefix(a: str, b: str) -> int:
     return n
 
 
-def _entry(key: str, record: dict, refs: tuple[str, ...]) -> EntryInfo:
-    return EntryInfo(key, record["identity"], record["n_tokens"], record["token_hash"], record["bytes"],
-                     float(record["created"]), float(record["last_used"]), tuple(refs), dict(record["meta"]))
+def _entry(key: str, record: IndexRecord, refs: tuple[str, ...]) -> EntryInfo:
+    return EntryInfo(key, record.identity, record.n_tokens, record.token_hash, record.bytes,
+                     float(record.created), float(record.last_used), tuple(refs), dict(record.meta))

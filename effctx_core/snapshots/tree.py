@@ -18,6 +18,7 @@ from itertools import chain
 from typing import Any, Callable, Iterator, Sequence
 
 from effctx_core.errors import EffctxError
+from effctx_core.snapshots.prefix_index import PrefixIndex
 
 # How many materialised tapes to keep. Tapes of a long conversation grow linearly, so
 # caching every node's tape would cost memory quadratic in its length; the engine only
@@ -117,6 +118,11 @@ class SnapshotTree:
         self._children: dict[str, list[str]] = {}
         self._length: dict[str, int] = {}  # tape length per node, without materialising it
         self._tapes: OrderedDict[str, tuple[int, ...]] = OrderedDict()  # LRU
+        self._order: dict[str, int] = {}  # insertion order, for find_by_tape's ties
+        self._added = 0
+        # Every node's tape in the prefix index, built on the first find_by_tape and kept
+        # in step after it (a child costs its own tokens: it extends its parent's chain).
+        self._index: PrefixIndex[str] | None = None
         self._root: str | None = None
         self._current: str | None = None
         self._next_id = 0
@@ -236,28 +242,33 @@ class SnapshotTree:
 
         Ties (siblings adding the same tokens, nodes adding none) go to the deeper node,
         then to the one added last. With `with_blob`, only nodes that have a saved state
-        count, which is what a restore needs.
+        count, which is what a restore needs. Through the prefix index: the cost is the
+        blocks of `tokens`, not the size of the tree; each candidate's tokens are checked.
         """
         if self._root is None:
             return None
+        if self._index is None:
+            self._index = PrefixIndex()
+            for node in self._nodes.values():
+                self._index_node(node)
         tokens = tuple(tokens)
-        best: Node | None = None
-        best_key: tuple[int, int, int] = (-1, -1, -1)
-        order = {nid: i for i, nid in enumerate(self._nodes)}
-        # Only branches whose own tokens match are entered, so this is cheap.
-        stack: list[tuple[str, int, int]] = [(self._root, 0, 0)]  # (id, tape start, depth)
-        while stack:
-            nid, start, depth = stack.pop()
-            node = self._nodes[nid]
-            end = start + len(node.own_tokens)
+        for _, ids in self._index.candidates("", tokens):
+            fits = [nid for nid in ids if (not with_blob or self._nodes[nid].blob is not None)
+                    and self._holds(nid, tokens)]
+            if fits:
+                return self._nodes[max(fits, key=lambda nid: (self.depth(nid), self._order[nid]))]
+        return None
+
+    def _holds(self, node_id: str, tokens: tuple[int, ...]) -> bool:
+        """Whether the tape of `node_id` is tokens[:its length], node by node."""
+        node, end = self._nodes[node_id], self._length[node_id]
+        while True:
+            start = end - len(node.own_tokens)
             if tokens[start:end] != node.own_tokens:
-                continue
-            if not with_blob or node.blob is not None:
-                key = (end, depth, order[nid])
-                if key > best_key:
-                    best, best_key = node, key
-            stack.extend((c, end, depth + 1) for c in self._children[nid])
-        return best
+                return False
+            if node.parent is None:
+                return True
+            node, end = self._nodes[node.parent], start
 
     def blobs(self) -> set[str]:
         """Snapshot store keys referenced by live nodes: the store must keep these."""
@@ -375,8 +386,10 @@ class SnapshotTree:
         gone = set(removed)
         self._children[node.parent].remove(node_id)
         for nid in removed:
-            del self._nodes[nid], self._children[nid], self._length[nid]
+            del self._nodes[nid], self._children[nid], self._length[nid], self._order[nid]
             self._tapes.pop(nid, None)
+            if self._index is not None:
+                self._index.remove(nid)
         if self._current in gone:
             self._current = node.parent
         return removed
@@ -392,6 +405,17 @@ class SnapshotTree:
             self._length[node.id] = self._length[node.parent] + len(node.own_tokens)
         self._nodes[node.id] = node
         self._children[node.id] = []
+        self._order[node.id] = self._added
+        self._added += 1
+        if self._index is not None:
+            self._index_node(node)
+
+    def _index_node(self, node: Node) -> None:
+        assert self._index is not None
+        if node.parent is None:
+            self._index.add("", node.own_tokens, node.id)
+        else:
+            self._index.extend(node.parent, node.own_tokens, node.id)
 
     def _remember(self, node_id: str, tape: tuple[int, ...]) -> None:
         self._tapes[node_id] = tape
