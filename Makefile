@@ -29,7 +29,7 @@ test: lint model llama-cpp
 test-fast: llama-cpp-libs
 	$(BIN)/python -m pytest -q -m "not model"
 
-# The layers (import-linter contracts), lint (ruff) and types (mypy on effctx_core);
+# The layers (import-linter contracts), lint (ruff) and types (mypy on effctx_core and effctx_tui);
 # their settings are in pyproject.toml.
 lint: $(STAMP)
 	$(BIN)/lint-imports

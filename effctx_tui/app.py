@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from textual import work
 
@@ -25,10 +25,10 @@ from effctx_tui.screens.session import SessionScreen
 
 # The default of `checkpoints`: a store in the user cache dir. None is a choice of its
 # own (nodes keep no state, so every restore recomputes), hence a named default.
-USER_CACHE = "user-cache"
+USER_CACHE: Final = "user-cache"
 
 
-def _store(choice: SnapshotStore | None | str) -> SnapshotStore | None:
+def _store(choice: SnapshotStore | None | Literal["user-cache"]) -> SnapshotStore | None:
     return SnapshotStore() if choice == USER_CACHE else choice
 
 
@@ -121,12 +121,12 @@ class EffctxApp(ConsoleApp):
             token.check("model loading")
             # exists(), not the listing: anything at the session's path (a FIFO, a damaged
             # file) is read and refused or quarantined, never silently saved over.
-            reopen = bool(self.session_name) and session_path(self.session_name).exists()
+            reopen = bool(self.session_name and session_path(self.session_name).exists())
             if self.prefix_text is not None and reopen:
                 self.notify(f"{self.prefix_name} not loaded: session {self.session_name} "
                             "is reopened with its own conversation", severity="warning")  # thread-safe
             elif self.prefix_text is not None:
-                self._load_prefix(engine, token)
+                self._load_prefix(engine, self.prefix_text, token)
         except (EffctxError, OSError) as exc:
             # Shown, never left to die in the worker (the console would wait on "Loading…").
             if engine is not None:
@@ -139,6 +139,7 @@ class EffctxApp(ConsoleApp):
         self.engine = engine
         self.session_screen.post_message(EngineReady(info))
         if reopen:
+            assert self.session_name  # reopen says there is a session of this name
             try:
                 engine.load_session(self.session_name)
             except EffctxError as exc:
@@ -149,10 +150,10 @@ class EffctxApp(ConsoleApp):
                     self.session_name = None
                 self.session_screen.post_message(EngineFailed(f"session {name} not reopened: {exc}"))
 
-    def _load_prefix(self, engine: SessionEngine, token: CancelToken) -> None:
+    def _load_prefix(self, engine: SessionEngine, text: str, token: CancelToken) -> None:
         try:
             with token.forwarded_to(engine.cancel):
-                engine.load_prefix(self.prefix_text)
+                engine.load_prefix(text)
         except PrefillCancelled as stop:
             raise Cancelled(f"loading {self.prefix_name} cancelled after {stop.done} of {stop.total} tokens") from None
 

@@ -3,11 +3,16 @@ recorded times (scaled by the speed), or one at a time."""
 
 from __future__ import annotations
 
-from textual.app import App
+from typing import TYPE_CHECKING
+
+from textual.timer import Timer
 
 from effctx_core.events.reader import Trace
 from effctx_core.events.replay import ReplayEngine
 from effctx_tui.messages import EngineEvent
+
+if TYPE_CHECKING:
+    from effctx_tui.app import EffctxApp
 
 TICK_SECONDS = 0.02
 # Waiting for a person to type is not worth watching: a longer gap plays as this one.
@@ -16,7 +21,7 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
 
 
 class ReplayPlayer:
-    def __init__(self, app: App, trace: Trace, speed: float = 1.0, playing: bool = True):
+    def __init__(self, app: EffctxApp, trace: Trace, speed: float = 1.0, playing: bool = True):
         self.app = app
         self.events = trace.events
         self.engine = ReplayEngine(trace)
@@ -24,7 +29,7 @@ class ReplayPlayer:
         self.clock_ms = self.events[0].t_ms if self.events else 0.0
         self.speed = speed
         self.playing = playing
-        self._timer = None
+        self._timer: Timer | None = None
 
     def start(self) -> None:
         self._timer = self.app.set_interval(TICK_SECONDS, self._tick)

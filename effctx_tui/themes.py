@@ -22,17 +22,38 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Literal, TypedDict, get_args
 
 import platformdirs
 from textual.color import Color, ColorParseError
 from textual.css.constants import VALID_STYLE_FLAGS
 from textual.theme import Theme
 
-COLOUR_KEYS = (
+ColourKey = Literal[
     "primary", "secondary", "accent", "foreground", "background", "surface", "panel",
     "boost", "warning", "error", "success",
-)
-FLOAT_KEYS = ("luminosity_spread", "text_alpha")
+]
+FloatKey = Literal["luminosity_spread", "text_alpha"]
+COLOUR_KEYS: tuple[ColourKey, ...] = get_args(ColourKey)
+FLOAT_KEYS: tuple[FloatKey, ...] = get_args(FloatKey)
+
+
+class ThemeArgs(TypedDict, total=False):
+    """The arguments of Theme that a theme file sets by key: its colours and numbers."""
+
+    primary: str
+    secondary: str
+    accent: str
+    foreground: str
+    background: str
+    surface: str
+    panel: str
+    boost: str
+    warning: str
+    error: str
+    success: str
+    luminosity_spread: float
+    text_alpha: float
 KNOWN_KEYS = {"name", "dark", "variables", *COLOUR_KEYS, *FLOAT_KEYS}
 
 # The style of secondary text (labels, ids, reasons, notes, the header's subtitle) rather
@@ -104,18 +125,20 @@ def theme_from_dict(data: dict) -> Theme:
     dark = data.get("dark", True)
     if not isinstance(dark, bool):
         raise ThemeFileError("'dark' must be true or false")
-    colours = {key: _colour(data[key], key) for key in COLOUR_KEYS if key in data}
-    floats = {}
+    args: ThemeArgs = {}
+    for colour_key in COLOUR_KEYS:
+        if colour_key in data:
+            args[colour_key] = _colour(data[colour_key], colour_key)
     for key in FLOAT_KEYS:
         if key in data:
             if not isinstance(data[key], (int, float)) or isinstance(data[key], bool):
                 raise ThemeFileError(f"'{key}' must be a number")
-            floats[key] = float(data[key])
+            args[key] = float(data[key])
     variables = data.get("variables", {})
     if not isinstance(variables, dict):
         raise ThemeFileError("'variables' must be a table")
     theme = Theme(name=name.strip(), dark=dark, variables=dict(_variable(k, v) for k, v in variables.items()),
-                  **colours, **floats)
+                  **args)
     try:
         theme.to_color_system().generate()  # what Textual does on every switch to it
     except Exception as exc:  # noqa: BLE001 - any failure here means the file is unusable

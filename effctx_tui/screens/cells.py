@@ -39,8 +39,8 @@ def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None) -> li
         name,
         str(info.n_ctx) if info else "-",
         f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-",
-        ("on" if options.flash_attn else "off") if hasattr(options, "flash_attn") else "-",
-        yes_no(options.swa_full) if hasattr(options, "swa_full") else "-",
+        ("on" if options.flash_attn else "off") if options is not None and hasattr(options, "flash_attn") else "-",
+        yes_no(options.swa_full) if options is not None and hasattr(options, "swa_full") else "-",
         p.residency.policy if p else "-",
         yes_no(caps.position_shift.supported) if caps else "-",
         yes_no(caps.exact_snapshot.supported) if caps else "-",
@@ -218,6 +218,7 @@ class CellsScreen(Screen):
 
     @work(thread=True, exclusive=True, exit_on_error=False)
     def _run_swap(self, cell: Cell) -> None:
+        assert self._swap is not None  # action_swap runs this only with a swap
         try:
             if cell.preparation and self._prepare is not None:
                 self._prepare(cell, self._preparing)
@@ -232,6 +233,7 @@ class CellsScreen(Screen):
         self.query_one("#swap-progress", ProgressBar).remove_class("-running")
         note = self.query_one("#cells-note", Static)
         if message.cancelled:
+            assert message.error is not None  # a cancelled swap says what was cancelled
             note.update(message.error)
             return
         if message.error:
@@ -239,6 +241,7 @@ class CellsScreen(Screen):
             self.notify(message.error, severity="error")
             return
         r = message.result
+        assert r is not None  # a swap without an error has its result
         how = "state carried over" if r.mode == "exact" else f"recomputed {r.recomputed} tokens"
         note.update(f"now on {r.new_profile}: {how} in {r.ms:.0f} ms ({r.reason})")
         self._fill()

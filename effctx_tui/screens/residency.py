@@ -210,6 +210,7 @@ class ResidencyScreen(Screen):
 
     @on(OptionList.OptionSelected, "#evicted-ranges")
     def _jump_to_range(self, event: OptionList.OptionSelected) -> None:
+        assert self._shown_ranges is not None  # the list holds options only once they are shown
         start, _ = self._shown_ranges[event.option_index]
         view = self.query_one(ResidencyView)
         view.move_cursor_to_token(start)
@@ -220,13 +221,19 @@ class ResidencyScreen(Screen):
 
     # ------------------------------------------------------------------ steering
 
+    @property
+    def _steered(self) -> BudgetSteering:
+        """The steering, for the budget keys: check_action enables them only when there is one."""
+        assert self._steering is not None
+        return self._steering
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("budget", "recompute_cold"):
             return self._steering is not None  # a replay, or a policy without a budget
         return True
 
     def action_budget(self, direction: int) -> None:
-        steering = self._steering
+        steering = self._steered
         # From the last budget asked for: presses come faster than the engine answers.
         budget = self._asked_budget or self._report.budget or steering.n_ctx
         target = min(steering.n_ctx, max(steering.step, budget + direction * steering.step))
@@ -237,10 +244,10 @@ class ResidencyScreen(Screen):
         if self._report.cold_tokens == 0:
             self.notify("No block is cold.")
             return
-        self._steer(self._steering.recompute_cold, "cold blocks recomputed")
+        self._steer(self._steered.recompute_cold, "cold blocks recomputed")
 
     def _steer(self, call: Callable[[], object], done: str) -> bool:
-        if self._steering.is_busy():
+        if self._steered.is_busy():
             self.notify("A reply is still running; wait for it or stop it first.", severity="warning")
             return False
         self._run_steering(call, done)
@@ -259,7 +266,7 @@ class ResidencyScreen(Screen):
             self._asked_budget = None
             self.notify(str(exc), severity="error")  # notify is thread-safe
             return
-        self.app.call_from_thread(self._steering.refresh)
+        self.app.call_from_thread(self._steered.refresh)
         self.notify(done)
 
     def on_unmount(self) -> None:

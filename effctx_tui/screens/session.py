@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -45,6 +45,14 @@ from effctx_tui.widgets.snapshot_tree import restore_summary
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
 
+if TYPE_CHECKING:
+    from effctx_core.cells import Cell
+    from effctx_core.engine import SessionEngine
+    from effctx_core.events.replay import ReplayEngine
+    from effctx_core.profiles import Profile
+    from effctx_tui.app import EffctxApp
+    from effctx_tui.replay_player import ReplayPlayer
+
 # Prefills shorter than this finish before a progress bar would be readable.
 PROGRESS_MIN_TOKENS = 256
 
@@ -70,6 +78,12 @@ def path_turns(tree: SnapshotTree, node_id: str) -> list[tuple[str, str]]:
             user, _, reply = node.text.partition("\n")
             turns.append((user, reply))
     return turns
+
+
+def _profile_of(cell: Cell) -> Profile:
+    assert cell.profile_record is not None  # the cells screen swaps to runnable cells, which carry it
+    return cell.profile_record
+
 
 # What the transcript says after a reply that did not end by itself (None: nothing).
 _STOP_NOTES: dict[str, str | None] = {"stop": None, "eog": None, "n_ctx": "context full", "max_tokens": "max tokens"}
@@ -101,14 +115,32 @@ class SessionScreen(Screen):
         self.turns_done = 0
         self.last_result: TurnResult | None = None
         self._residency_screen: ResidencyScreen | None = None
-        self._player = None  # a ReplayPlayer when the console plays a recorded trace
+        self._player: ReplayPlayer | None = None  # a ReplayPlayer when the console plays a recorded trace
         # Fed with every event from the start, so the timings screen has the history.
-        self.timeline = engine_timeline(lambda: self.app.engine)
+        self.timeline = engine_timeline(lambda: self.effctx_app.engine)
         self._snapshots_screen: SnapshotsScreen | None = None
         self._cells_screen: CellsScreen | None = None
         self.restores: dict[str, NodeRestore] = {}  # node id -> its last restore, for the snapshots screen
         self._n_ctx = 0
         self._resident = 0
+
+    @property
+    def effctx_app(self) -> EffctxApp:
+        """The app, typed: this screen runs in an EffctxApp."""
+        return cast("EffctxApp", self.app)
+
+    @property
+    def _engine(self) -> SessionEngine | ReplayEngine:
+        """The app's engine, where the caller's state says it is open (ready, busy, or an event from it)."""
+        engine = self.effctx_app.engine
+        assert engine is not None
+        return engine
+
+    @property
+    def _replaying(self) -> ReplayPlayer:
+        """The player, for what runs only in a replay (check_action enables replay keys only then)."""
+        assert self._player is not None
+        return self._player
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -123,7 +155,7 @@ class SessionScreen(Screen):
 
     def on_mount(self) -> None:
         if getattr(self.app, "player", None) is not None:
-            self.start_replay(self.app.player)
+            self.start_replay(self.effctx_app.player)
             return
         self._show_loading()
         self.query_one(Input).focus()
@@ -163,8 +195,8 @@ class SessionScreen(Screen):
         player.start()
 
     def _replay_title(self) -> None:
-        engine = self._player.engine
-        self.sub_title = f"{self._player.describe()} · {engine.model_name} · {engine.backend} · n_ctx {engine.n_ctx}"
+        engine = self._replaying.engine
+        self.sub_title = f"{self._replaying.describe()} · {engine.model_name} · {engine.backend} · n_ctx {engine.n_ctx}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action.startswith("replay_"):
@@ -176,15 +208,15 @@ class SessionScreen(Screen):
         return True
 
     def action_replay_toggle(self) -> None:
-        self._player.toggle()
+        self._replaying.toggle()
         self._replay_title()
 
     def action_replay_step(self) -> None:
-        self._player.step()
+        self._replaying.step()
         self._replay_title()
 
     def action_replay_speed(self, direction: int) -> None:
-        self._player.faster(direction)
+        self._replaying.faster(direction)
         self._replay_title()
 
     def on_engine_ready(self, message: EngineReady) -> None:
@@ -212,12 +244,12 @@ class SessionScreen(Screen):
     def action_load_model(self) -> None:
         if self.check_action("load_model", ()):
             self._show_loading()
-            self.app.open_engine()
+            self.effctx_app.open_engine()
             self.refresh_bindings()
 
     def _refresh_residency(self) -> None:
         """Show the engine's current residency in the strip and, if open, the residency screen."""
-        engine = self.app.engine
+        engine = self.effctx_app.engine
         if engine is None:
             return
         table = engine.residency.table()
@@ -227,7 +259,7 @@ class SessionScreen(Screen):
 
     def _viewable_engine(self):
         """The engine when there is something to look at: a live one that is ready, or a replay."""
-        engine = self.app.engine
+        engine = self.effctx_app.engine
         return engine if engine is not None and (self.ready or self._player is not None) else None
 
     def action_residency(self) -> None:
@@ -262,34 +294,35 @@ class SessionScreen(Screen):
         self.app.push_screen(self._snapshots_screen, self._snapshots_closed)
 
     def action_cells(self) -> None:
-        engine = self.app.engine
+        engine = self.effctx_app.engine
         if not self.ready or engine is None:
             return
         self._cells_screen = CellsScreen(
             load=lambda: cell_matrix(engine.model_path, engine.model_path.name),
-            swap=lambda cell: engine.swap(cell.profile_record),
+            swap=lambda cell: engine.swap(_profile_of(cell)),
             current=lambda: engine.profile.name,
             is_busy=lambda: self.busy,
             cancel=engine.cancel,
             prepare=lambda cell, progress: get_backend(cell.backend).prepare(
-                engine.model_path, cell.profile_record, progress),
+                engine.model_path, _profile_of(cell), progress),
         )
         self.app.push_screen(self._cells_screen)
 
     def action_bench(self) -> None:
-        engine = self.app.engine
+        engine = self.effctx_app.engine
         if not self.ready or engine is None:
             return
-        self.app.push_screen(BenchmarkScreen(engine.model_path, engine.profile, self.app.bench_plan, is_busy=lambda: self.busy))
+        self.app.push_screen(BenchmarkScreen(engine.model_path, engine.profile, self.effctx_app.bench_plan, is_busy=lambda: self.busy))
 
     def action_timings(self) -> None:
         self.app.push_screen(TimingsScreen(self.timeline))
 
-    def _snapshots_open(self) -> bool:
-        return self._snapshots_screen is not None and self._snapshots_screen.is_attached
+    def _open_snapshots_screen(self) -> SnapshotsScreen | None:
+        screen = self._snapshots_screen
+        return screen if screen is not None and screen.is_attached else None
 
     def _snapshots_closed(self, result: str | None) -> None:
-        self.app.save_session()  # renames and deletes happened on the screen
+        self.effctx_app.save_session()  # renames and deletes happened on the screen
         if result == BRANCH:
             self.query_one(Input).focus()
 
@@ -299,7 +332,7 @@ class SessionScreen(Screen):
             event.node, event.mode, event.tokens, event.recomputed, event.ms, event.reason
         )
         self._hide_progress()  # a long recompute showed its prefill
-        tree = self.app.engine.tree
+        tree = self._engine.tree  # the event came from it
         if event.node not in tree:
             return
         self.query_one(Transcript).show_history(path_turns(tree, event.node))
@@ -343,8 +376,8 @@ class SessionScreen(Screen):
         self.query_one(StatusLine).show_busy("prefilling…", self._resident, self._n_ctx)
 
     def _on_prefill_chunk(self, event: PrefillChunk) -> None:
-        if self._snapshots_open():
-            self._snapshots_screen.restore_progress(event.done, event.total)
+        if (snapshots := self._open_snapshots_screen()) is not None:
+            snapshots.restore_progress(event.done, event.total)
         if self._cells_screen is not None and self._cells_screen.is_attached:
             self._cells_screen.swap_progress(event.done, event.total)
         self._resident = event.start + event.tokens
@@ -379,17 +412,17 @@ class SessionScreen(Screen):
         self.sub_title = f"{event.new_profile} · {event.backend} · n_ctx {event.n_ctx}"
 
     def _on_node_added(self, event: NodeAdded) -> None:
-        self.app.save_session()
+        self.effctx_app.save_session()
         if event.message:
             self.notify(event.message, severity="warning")
-        if self._snapshots_open():
-            self._snapshots_screen.refresh_tree()
+        if (snapshots := self._open_snapshots_screen()) is not None:
+            snapshots.refresh_tree()
 
     def _on_node_restored(self, event: NodeRestored) -> None:
-        self.app.save_session()
+        self.effctx_app.save_session()
         self._follow_restore(event)
-        if self._snapshots_open():
-            self._snapshots_screen.refresh_tree()
+        if (snapshots := self._open_snapshots_screen()) is not None:
+            snapshots.refresh_tree()
 
     def on_turn_done(self, message: TurnDone) -> None:
         self.busy = False
@@ -417,7 +450,7 @@ class SessionScreen(Screen):
     @work(thread=True, group="turn", exit_on_error=False)
     def run_turn(self, text: str) -> None:
         try:
-            self.app.engine.chat(text, DecodeConfig(max_tokens=self.max_tokens))
+            self._engine.chat(text, DecodeConfig(max_tokens=self.max_tokens))
         except EffctxError:
             pass  # the engine reports every error of a turn as an ErrorRaised event, shown above
         except Exception as exc:  # a bug must not kill the console; show it as one line
@@ -431,7 +464,7 @@ class SessionScreen(Screen):
         if self.busy:
             self.notify("A reply is still running; Esc stops it.", severity="warning")
             return
-        self.app.engine.reset()
+        self._engine.reset()
         self.query_one(Transcript).remove_children()
         self.query_one(StatusLine).show_busy(
             "new conversation: the next turn drops what is resident", self._resident, self._n_ctx
@@ -439,7 +472,7 @@ class SessionScreen(Screen):
 
     def action_stop(self) -> None:
         if self.busy:
-            self.app.engine.cancel()
-        elif self._player is None and self.app.loading:
-            self.app.cancel_loading()
+            self._engine.cancel()
+        elif self._player is None and self.effctx_app.loading:
+            self.effctx_app.cancel_loading()
             self.query_one(StatusLine).show_loading("cancelling the model preparation…")

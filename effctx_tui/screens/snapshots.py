@@ -11,7 +11,7 @@ engine writes the tree from its worker thread.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, MutableMapping
+from typing import Callable, Iterable, MutableMapping, cast
 
 from rich.text import Text
 from textual import on, work
@@ -35,13 +35,17 @@ BRANCH = "branch"  # what the screen is dismissed with after a branch
 class SnapshotCommands(Provider):
     """The snapshots screen's keys as command palette entries."""
 
+    @property
+    def _snapshots(self) -> SnapshotsScreen:
+        return cast("SnapshotsScreen", self.screen)  # the provider of SnapshotsScreen.COMMANDS
+
     async def discover(self) -> Hits:
-        for name, help_text, callback in self.screen.palette_commands():
+        for name, help_text, callback in self._snapshots.palette_commands():
             yield DiscoveryHit(name, callback, help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for name, help_text, callback in self.screen.palette_commands():
+        for name, help_text, callback in self._snapshots.palette_commands():
             if (score := matcher.match(name)) > 0:
                 yield Hit(score, matcher.highlight(name), callback, help=help_text)
 
@@ -226,6 +230,7 @@ class SnapshotsScreen(Screen[str | None]):
 
     @work(thread=True, group="snapshot-restore", exit_on_error=False)
     def _run_restore(self, node_id: str, branch: bool) -> None:
+        assert self._restore is not None  # _start_restore runs this only with a restore
         try:
             restore = self._restore(node_id)
         except Exception as exc:  # the console must survive a failed restore; show one line
@@ -269,8 +274,8 @@ class SnapshotsScreen(Screen[str | None]):
         node_id = self.selected
         if node_id is None:
             return
-        node = self.snapshot_tree.node(node_id)
-        if node.parent is None:
+        parent = self.snapshot_tree.node(node_id).parent
+        if parent is None:
             self.notify("The root cannot be deleted; delete its children instead.", severity="warning")
             return
         if not self._idle("delete"):
@@ -279,7 +284,7 @@ class SnapshotsScreen(Screen[str | None]):
         what = f"and its {below} descendant{'s' * (below != 1)}" if below else "(it has no children)"
         question = f"Delete {self._describe(node_id)} {what}? Their saved states stay in the store."
 
-        def delete(yes: bool) -> None:
+        def delete(yes: bool | None) -> None:
             if not yes or node_id not in self.snapshot_tree or not self._idle("delete"):
                 return
             removed = self.snapshot_tree.delete_subtree(node_id)
@@ -287,7 +292,7 @@ class SnapshotsScreen(Screen[str | None]):
                 self.restores.pop(gone, None)
             self.status_message = f"deleted {len(removed)} node{'s' * (len(removed) != 1)}"
             self.refresh_tree()
-            self.query_one(SnapshotTreeView).select_id(node.parent)
+            self.query_one(SnapshotTreeView).select_id(parent)
 
         self.app.push_screen(ConfirmDialog(question), delete)
 

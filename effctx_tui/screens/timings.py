@@ -9,7 +9,7 @@ hundreds of times a second while decoding; the screen polls the timeline's versi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from rich.table import Table
 from rich.text import Text
@@ -24,14 +24,25 @@ from effctx_tui.widgets.timing_charts import CHARTS, REUSED
 
 if TYPE_CHECKING:
     from effctx_core.engine import SessionEngine
+    from effctx_core.events.replay import ReplayEngine
 
 REFRESH_SECONDS = 0.1
 
-def engine_timeline(engine: Callable[[], "SessionEngine | None"]) -> Timeline:
+def engine_timeline(engine: Callable[[], SessionEngine | ReplayEngine | None]) -> Timeline:
     """A timeline that reads the tape and text from an engine that may open later."""
+
+    def detokenize(tokens: Sequence[int]) -> str:
+        current = engine()
+        assert current is not None  # the timeline detokenizes only around a turn, which an engine ran
+        return current.detokenize(tokens)
+
+    def tape() -> Sequence[int]:
+        current = engine()
+        return current.tape if current is not None else ()
+
     return Timeline(
-        detokenize=lambda tokens: engine().detokenize(tokens),
-        tape=lambda: engine().tape if engine() is not None else (),
+        detokenize=detokenize,
+        tape=tape,
     )
 
 

@@ -16,7 +16,7 @@ def token_span(start: int, end: int) -> str:
 
 
 def describe_flags(flags: BlockFlag) -> str:
-    names = [flag.name.lower() for flag in BlockFlag if flag and flag in flags]
+    names = [flag.name.lower() for flag in BlockFlag if flag and flag.name and flag in flags]
     return ", ".join(names) if names else "none"
 
 

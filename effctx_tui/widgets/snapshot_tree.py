@@ -129,10 +129,10 @@ class SnapshotTreeView(Tree[str]):
         alive = {n.id for n in nodes}
         with_children = {n.parent for n in nodes}
         for nid in [nid for nid in self._views if nid not in alive]:
-            view = self._views.pop(nid)
-            parent = view.parent
+            gone = self._views.pop(nid)
+            parent = gone.parent
             if parent is not None and parent.data in alive:  # the rest go with their ancestor
-                view.remove()
+                gone.remove()
         current = tree.current
         styles = {name: self.get_component_rich_style(f"snapshot-tree--{name}", partial=True)
                   for name in ("current", "restoring", "exact", "recompute", "marked")}

@@ -7,7 +7,7 @@ points, which plotext draws in a few milliseconds, so no incremental bookkeeping
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from textual_plotext import PlotextPlot
 
@@ -17,7 +17,7 @@ from effctx_core.events.timeline import Timeline
 INPUT, RECOMPUTED, REUSED, LINE = "orange", "red", "green", "cyan"
 
 # The same look for the same kind of series on every chart: plotext's call and options.
-KINDS = {
+KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "dots": ("scatter", {"marker": "dot"}),
     "bars": ("bar", {"width": 0.5}),
     "line": ("plot", {"marker": "braille"}),
@@ -65,7 +65,14 @@ def draw_chart(
     plot.refresh()
 
 
-class PrefillSpeedChart(PlotextPlot):
+class TimingChart(PlotextPlot):
+    """A chart of the timings screen: `draw` replots it from a Timeline."""
+
+    def draw(self, timeline: Timeline) -> None:
+        raise NotImplementedError
+
+
+class PrefillSpeedChart(TimingChart):
     def draw(self, timeline: Timeline) -> None:
         chunks = timeline.chunks()
         series = []
@@ -76,21 +83,21 @@ class PrefillSpeedChart(PlotextPlot):
                    headroom=1.35)
 
 
-class TTFTChart(PlotextPlot):
+class TTFTChart(TimingChart):
     def draw(self, timeline: Timeline) -> None:
         ttft = timeline.ttft()
         draw_chart(self, "TTFT per turn (ms)", "turn",
                    [Series("bars", [t for t, _ in ttft], [ms for _, ms in ttft], LINE)], turn_ticks=True)
 
 
-class DecodeChart(PlotextPlot):
+class DecodeChart(TimingChart):
     def draw(self, timeline: Timeline) -> None:
         gaps = timeline.token_gaps()
         draw_chart(self, "Decode ms per token", "decoded tokens, whole session",
                    [Series("line", [g.seq for g in gaps], [g.gap_ms for g in gaps], LINE)])
 
 
-class ReuseChart(PlotextPlot):
+class ReuseChart(TimingChart):
     def draw(self, timeline: Timeline) -> None:
         # only checked turns: before its check a turn has no reuse to show
         records = [r for r in timeline.records() if r.check is not None]
@@ -103,11 +110,11 @@ class ReuseChart(PlotextPlot):
         ], headroom=1.3, turn_ticks=True)
 
 
-class ResidentChart(PlotextPlot):
+class ResidentChart(TimingChart):
     def draw(self, timeline: Timeline) -> None:
         samples = timeline.resident
         draw_chart(self, "KV resident tokens", "seconds since the engine started",
                    [Series("line", [t / 1000.0 for t, _ in samples], [n for _, n in samples], REUSED)])
 
 
-CHARTS = (PrefillSpeedChart, TTFTChart, DecodeChart, ReuseChart, ResidentChart)
+CHARTS: tuple[type[TimingChart], ...] = (PrefillSpeedChart, TTFTChart, DecodeChart, ReuseChart, ResidentChart)
