@@ -54,9 +54,10 @@ STARTED = Profile(name="started", backend="llama-server", n_ctx=512, n_batch=64,
                   backend_options=LlamaServerOptions())
 
 
-def server_profile(**table) -> Profile:
-    return Profile(name="server-test", backend="llama-server", **SERVER_SETTINGS,
-                   backend_options=LlamaServerOptions(flash_attn=True, **table))
+def server_profile(**changes) -> Profile:
+    base = Profile(name="server-test", backend="llama-server", **SERVER_SETTINGS,
+                   backend_options=LlamaServerOptions(flash_attn=True))
+    return base.with_changes(**changes)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def server(model) -> Iterator[UserServer]:
 
 
 def attach_profile(server, **table) -> Profile:
-    return server_profile(server_url=server.url, slot_dir=str(server.slot_dir), **table)
+    return server_profile(**{"server_url": server.url, "slot_dir": str(server.slot_dir), **table})
 
 
 @pytest.fixture

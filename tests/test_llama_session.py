@@ -8,7 +8,6 @@ from effctx_core.backends.llama.backend import LlamaBackend
 from effctx_core.backends.llama.settings import LlamaOptions
 from effctx_core.contract import DecodeConfig, PrefixCause, SessionSnapshot
 from effctx_core.errors import ContextOverflowError, IdentityMismatchError, SessionFatalError
-from effctx_core.events.explain import prefix_sentence
 from effctx_core.profiles import Profile
 
 EXACT = Profile(name="exact-test", n_ctx=2048, backend_options=LlamaOptions(flash_attn=False, swa_full=True))
@@ -70,7 +69,7 @@ def test_ensure_prefix_reuses_an_extended_tape(open_session):
     more = first + s.tokenize(" Madrid. The capital of Portugal is", add_bos=False)
     status = s.ensure_prefix(more)
     assert (status.reused, status.prefilled, status.dropped) == (len(first), len(more) - len(first), 0)
-    assert prefix_sentence(status) == "extends the resident tape"
+    assert status.reason == "extends the resident tape"
     assert status.resident == len(more)
 
 
@@ -84,7 +83,7 @@ def test_ensure_prefix_drops_the_divergent_tail_and_continues_like_a_fresh_sessi
     before = len(s.tokens)
     status = s.ensure_prefix(edited)
     assert (status.reused, status.prefilled, status.dropped) == (shared, len(edited) - shared, before - shared)
-    assert prefix_sentence(status) == f"diverges from the resident tape at token {shared}"
+    assert status.reason == f"diverges from the resident tape at token {shared}"
     fresh = open_session()
     fresh.ensure_prefix(edited)
     assert greedy(s) == greedy(fresh)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from effctx_core.contract import PrefixCause
+from effctx_core.contract import PrefixCause, describe_prefix
 from effctx_core.engine import TurnResult
 from effctx_core.events.explain import (
     ALL_REUSED,
@@ -13,7 +13,6 @@ from effctx_core.events.explain import (
     RESTORED,
     ROLLBACK_LIMIT,
     TAIL_DROPPED,
-    describe_prefix,
 )
 from effctx_core.events.timeline import (
     ChunkPoint,

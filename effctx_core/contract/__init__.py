@@ -31,6 +31,7 @@ from effctx_core.contract.records import (
     StateCosts,
     SuffixStatus,
     TokenChunk,
+    describe_prefix,
 )
 from effctx_core.contract.session import ProgressSink, ResidencyExecutor, Session
 
@@ -38,5 +39,5 @@ __all__ = [
     "Backend", "Baseline", "BaselineRun", "CapacityReport", "CapacityRow", "Capabilities", "Capability", "ContextLimit", "ContextReport",
     "DecodeConfig", "DeviceShare", "ModelFacts", "ModelInfo", "PrefillProgress", "PrefixCause", "PrefixStatus",
     "ProgressSink", "RangeAction", "ResidencyExecutor", "RuntimeCounts", "RuntimeEviction", "ScoredSuffix",
-    "Session", "SessionSnapshot", "StateCosts", "SuffixStatus", "TokenChunk",
+    "Session", "SessionSnapshot", "StateCosts", "SuffixStatus", "TokenChunk", "describe_prefix",
 ]

@@ -219,6 +219,26 @@ class PrefixStatus:
     # The shortest prefix the cache could be cut back to (ROLLBACK_LIMIT).
     rollback_floor: int | None = None
 
+    @property
+    def reason(self) -> str:
+        return describe_prefix(self.cause, self.diverged_at, self.rollback_floor)
+
+
+def describe_prefix(cause: PrefixCause, diverged_at: int | None, rollback_floor: int | None) -> str:
+    """The sentence for a prefix check, which every view takes from here (events/explain.py
+    re-exports it beside the sentences of the engine's causes)."""
+    if cause is PrefixCause.DIVERGED:
+        return f"diverges from the resident tape at token {diverged_at}"
+    if cause is PrefixCause.ROLLBACK_LIMIT:
+        return (f"rollback limit: the cache can be cut back to {rollback_floor} tokens at the earliest, "
+                f"the prefix diverges at {diverged_at}; re-prefilled from the start")
+    return {
+        PrefixCause.EMPTY: "empty cache",
+        PrefixCause.IDENTICAL: "identical to the resident tape",
+        PrefixCause.EXTENDS: "extends the resident tape",
+        PrefixCause.RESTORED: "restored by the backend from a state it kept",
+    }[cause]
+
 
 @dataclass(frozen=True)
 class SuffixStatus:

@@ -15,7 +15,6 @@ from effctx_core.engine.prefill import make_room, prefill
 from effctx_core.engine.records import PrefillCancelled
 from effctx_core.engine.state import EngineState
 from effctx_core.errors import ContextOverflowError
-from effctx_core.events.explain import prefix_sentence
 from effctx_core.events.trace import PrefixChecked, RuntimeCounted, TokenDecoded, TurnFinished, TurnResult, TurnStarted
 from effctx_core.residency import ResidencyReport, Segment
 from effctx_core.units import ms_between, ms_since
@@ -69,7 +68,7 @@ class TurnRunner:
                 prefix = session.ensure_prefix(cached, state.progress(turn, 0))
                 state.bus.emit(
                     PrefixChecked, turn=turn, reused=prefix.reused, prefilled=prefix.prefilled,
-                    dropped=prefix.dropped, resident=prefix.resident, reason=prefix_sentence(prefix), cause=prefix.cause.value,
+                    dropped=prefix.dropped, resident=prefix.resident, reason=prefix.reason, cause=prefix.cause.value,
                     diverged_at=prefix.diverged_at, rollback_floor=prefix.rollback_floor,
                 )
                 suffix_prefilled = prefill(state, new, kind, turn, prefix.resident)
@@ -185,7 +184,7 @@ class TurnRunner:
             generated=len(reply.tokens),
             dropped=prefix.dropped,
             evicted=_gone(self._state.tracker.report()) - gone_before,
-            prefix_reason=prefix_sentence(prefix),
+            prefix_reason=prefix.reason,
             ttft_ms=ms_between(t_start, reply.t_first or t_end),
             prefill_ms=prefill_ms,
             decode_ms=decode_ms,

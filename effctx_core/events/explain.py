@@ -1,33 +1,13 @@
-"""Structured causes as sentences: the one place a view (the console, the CLI, the
-timeline, a trace) gets the words for what the contract and the engine report."""
+"""Structured causes as sentences: the words for what the engine reports of a turn (why it
+reused what it reused), for every view (the console, the CLI, the timeline, a trace).
+A prefix check's own sentence is the contract's (PrefixStatus.reason, describe_prefix)."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from effctx_core.contract import PrefixCause, PrefixStatus
+from effctx_core.contract import PrefixCause
 from effctx_core.events.trace import NodeRestored, PrefixCacheLookup, PrefixChecked
-
-
-def describe_prefix(cause: PrefixCause, diverged_at: int | None, rollback_floor: int | None) -> str:
-    """The one sentence for a prefix check."""
-    if cause is PrefixCause.DIVERGED:
-        return f"diverges from the resident tape at token {diverged_at}"
-    if cause is PrefixCause.ROLLBACK_LIMIT:
-        return (f"rollback limit: the cache can be cut back to {rollback_floor} tokens at the earliest, "
-                f"the prefix diverges at {diverged_at}; re-prefilled from the start")
-    return {
-        PrefixCause.EMPTY: "empty cache",
-        PrefixCause.IDENTICAL: "identical to the resident tape",
-        PrefixCause.EXTENDS: "extends the resident tape",
-        PrefixCause.RESTORED: "restored by the backend from a state it kept",
-    }[cause]
-
-
-def prefix_sentence(status: PrefixStatus) -> str:
-    """describe_prefix of a PrefixStatus."""
-    return describe_prefix(status.cause, status.diverged_at, status.rollback_floor)
-
 
 # Why a turn computed what it computed; the first that applies wins (see `turn_cause`).
 ROLLBACK_LIMIT = "rollback limit"

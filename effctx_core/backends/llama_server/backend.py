@@ -26,7 +26,7 @@ from effctx_core.backends.llama_server.connection import (
 )
 from effctx_core.backends.llama_server.info import BACKEND, model_info
 from effctx_core.backends.llama_server.session import LlamaServerSession
-from effctx_core.backends.llama_server.settings import options_of
+from effctx_core.backends.llama_server.settings import options_of, started_profile
 from effctx_core.backends.tape_session import check_trained_context
 from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RuntimeEviction, Session
 from effctx_core.errors import BackendUnavailableError
@@ -108,7 +108,7 @@ class LlamaServerBackend:
     def baseline(self, model_path: Path, profile: Profile) -> Baseline:
         from effctx_core.backends.llama_server.baseline import LlamaServerBaseline
 
-        self._check_available(profile.with_changes(options=()))
+        self._check_available(started_profile(profile))
         return LlamaServerBaseline(Path(model_path), profile)
 
     def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:

@@ -24,7 +24,7 @@ from effctx_core.backends.gguf.runtime import load_model
 from effctx_core.backends.llama_cpp_build import require_build
 from effctx_core.backends.llama_server.client import ServerClient
 from effctx_core.backends.llama_server.process import start_server
-from effctx_core.backends.llama_server.settings import options_of
+from effctx_core.backends.llama_server.settings import options_of, started_profile
 from effctx_core.backends.llama_server.slots import Slot
 from effctx_core.contract import BaselineRun
 from effctx_core.errors import EffctxError
@@ -44,7 +44,7 @@ class LlamaServerBaseline:
         options = options_of(profile)
         self._vocab = load_model(model_path, vocab_only=True)
         self._server = start_server(require_build("the llama-server baseline"), model_path,
-                                    profile.with_changes(options=()), options.start_timeout_s)
+                                    started_profile(profile), options.start_timeout_s)
         self._client = ServerClient(self._server.url, options.timeout_s)
         self._slot = Slot(self._client, 0, None)  # the server's one slot
 

@@ -58,6 +58,14 @@ class LlamaServerOptions(LlamaContextOptions):
         return bool(self.server_url)
 
 
+def started_profile(profile: "Profile") -> "Profile":
+    """The profile for a server effctx starts itself: its llama.cpp settings, without the
+    settings that attach to someone else's server."""
+    defaults = LlamaServerOptions()
+    return profile.with_changes(server_url=defaults.server_url, allow_remote=defaults.allow_remote,
+                                slot_dir=defaults.slot_dir)
+
+
 # What an earlier effctx read at a profile's top level and now belongs in [llama-server].
 MOVED_KEYS = ("flash_attn", "swa_full")
 
