@@ -75,3 +75,12 @@ def options_of(profile: Profile, options_type: type[Options], backend: str) -> O
         raise EffctxError(f"profile {profile.name!r}: {type(options).__name__} is not the {backend} backend's "
                           f"options ({options_type.__name__})")
     return options
+
+
+def unknown_kv_types(profile: Profile, known: Iterable[str], where: str, on: str = "") -> list[str]:
+    """A line for each of the profile's K and V cache types the backend does not take
+    (`on`: " on openvino", where the names are another runtime's)."""
+    names = tuple(known)
+    return [f"{where}: unknown KV cache type {kind!r} for {side.upper()}{on} (known: {', '.join(names)})"
+            for side, kind in (("k", profile.kv_cache_type_k), ("v", profile.kv_cache_type_v)) if kind not in names]
+

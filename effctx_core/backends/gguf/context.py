@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from effctx_core.backends.table import options_of as table_options_of
+from effctx_core.backends.table import unknown_kv_types
 from effctx_core.identity import Setting
 
 if TYPE_CHECKING:
@@ -50,12 +51,7 @@ def context_of(profile: "Profile") -> LlamaContextOptions:
 
 def kv_type_problems(profile: "Profile", context: LlamaContextOptions, where: str) -> list[str]:
     """What is wrong with the profile's K/V cache types for llama.cpp, one line each."""
-    problems = []
-    for side in ("k", "v"):
-        kind = getattr(profile, f"kv_cache_type_{side}")
-        if kind not in KV_CACHE_TYPES:
-            problems.append(f"{where}: unknown KV cache type {kind!r} for {side.upper()} "
-                            f"(known: {', '.join(KV_CACHE_TYPES)})")
+    problems = unknown_kv_types(profile, KV_CACHE_TYPES, where)
     if profile.kv_cache_type_v in KV_CACHE_TYPES and profile.kv_cache_type_v not in PLAIN_V_TYPES \
             and not context.flash_attn:
         problems.append(f"{where}: V cache type {profile.kv_cache_type_v} needs flash_attn = true "

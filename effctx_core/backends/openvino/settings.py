@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from effctx_core.backends.conformance import ContractVariant
 from effctx_core.backends.table import options_of as table_options_of
+from effctx_core.backends.table import unknown_kv_types
 from effctx_core.identity import Setting
 
 if TYPE_CHECKING:
@@ -83,12 +84,7 @@ def value_problem(key: str, value: object) -> str | None:
 
 def check_profile(profile: "Profile", where: str) -> list[str]:
     """What is wrong with the profile for OpenVINO, one line each (empty: nothing)."""
-    problems = []
-    for side in ("k", "v"):
-        kind = getattr(profile, f"kv_cache_type_{side}")
-        if kind not in KV_CACHE_TYPES:
-            problems.append(f"{where}: unknown KV cache type {kind!r} for {side.upper()} on openvino "
-                            f"(known: {', '.join(KV_CACHE_TYPES)})")
+    problems = unknown_kv_types(profile, KV_CACHE_TYPES, where, " on openvino")
     if problems:
         return problems
     options = options_of(profile)
