@@ -17,22 +17,33 @@ from effctx_tui.options import SERVED_ENV, check_console_options, console_parser
 QUIT_GRACE_S = 5.0  # how long a served console whose server is gone may take to quit
 
 
+def _bench_residency(argv: list[str]) -> int:
+    from effctx_tui.bench_residency import main as bench_residency
+
+    return bench_residency(argv)
+
+
+def _bench_keys(argv: list[str]) -> int:
+    from effctx_tui.bench_keys import main as bench_keys
+
+    return bench_keys(argv)
+
+
+# The `effctx bench` commands the console runs (they draw with Textual), imported when run.
+FRONT_END_BENCHES = {
+    "residency": ("time a redraw of the residency view on a 128k-token tape", _bench_residency),
+    "keys": ("time a typed key on screen while a long prompt is prefilled", _bench_keys),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:2] == ["bench", "residency"]:
-        from effctx_tui.bench_residency import main as bench_residency
-
-        return bench_residency(args[2:])
-    if args[:2] == ["bench", "keys"]:
-        from effctx_tui.bench_keys import main as bench_keys
-
-        return bench_keys(args[2:])
     if args[:1] == ["serve"]:
         from effctx_tui.serve import serve
 
         return serve(args[1:])
     if args and args[0] in COMMANDS:
-        return run_command(args)
+        return run_command(args, FRONT_END_BENCHES)
     try:
         opts = console_parser(list(COMMANDS)).parse_args(args)
         checked = check_console_options(opts)

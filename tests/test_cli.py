@@ -162,3 +162,13 @@ def test_bench_cell_reports_throughput_beside_the_passkey_smoke(default_model):
     assert (data["passkey"]["found"], data["passkey"]["trials_run"]) == (1, 1)
     assert data["passkey"]["trials"][0]["verdict"] == "found"
     assert data["summary"].endswith("passkey 1/1 found at 384 tokens")
+
+
+def test_bench_help_lists_every_bench_command_and_each_runs_its_own_help():
+    listed = effctx("bench", "--help").stdout
+    names = ("residency", "keys", "overhead", "cell", "ttft", "run", "verdict", "planner", "prefix-index")
+    assert all(f"    {name} " in listed for name in names), listed
+    for name in names:
+        out = effctx("bench", name, "--help")
+        assert out.returncode == 0 and out.stdout.startswith(f"usage: effctx bench {name}"), out.stderr
+

@@ -1,10 +1,12 @@
-"""`effctx bench overhead|cell|planner|prefix-index|residency`: throughput figures, with the quality beside them."""
+"""`effctx bench overhead|cell|ttft|run|verdict|planner|prefix-index` (and the console's `residency` and
+`keys`, which its entry point hands in): throughput figures, with the quality beside them."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Callable, Mapping
 
 from effctx_core.cli.options import (
     COUNT,
@@ -18,10 +20,17 @@ from effctx_core.cli.options import (
 )
 from effctx_core.errors import EffctxError
 
+# A benchmark a front end runs (the console's redraw and key timings, drawn with Textual):
+# its help line and its own entry point, which takes the rest of the command line.
+FrontEndBench = tuple[str, Callable[[list[str]], int]]
 
-def add_parser(sub) -> None:
+
+def add_parser(sub, front_ends: Mapping[str, FrontEndBench] | None = None) -> None:
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
+    for name, (help_text, main) in (front_ends or {}).items():
+        # Its options are its own: the rest of the command line goes to it unparsed.
+        bench_sub.add_parser(name, help=help_text, add_help=False).set_defaults(front_end=main)
     overhead = bench_sub.add_parser("overhead", help="engine throughput divided by a plain llama-cpp-python loop")
     add_runtime_options(overhead)
     overhead.add_argument("--prompt-tokens", type=COUNT, default=1024, metavar="N")
@@ -60,8 +69,6 @@ def add_parser(sub) -> None:
     verdict.add_argument("--baseline", default=None, metavar="PROFILE", help="the baseline cell (default: exact)")
     verdict.add_argument("--json", action="store_true")
 
-    # Drawn with Textual, so effctx_tui's entry point runs it; listed here for --help.
-    bench_sub.add_parser("residency", help="time a redraw of the residency view on a 128k-token tape")
     planner = bench_sub.add_parser("planner", help="time each residency policy on a long tape")
     planner.add_argument("--tokens", type=COUNT, default=1_000_000, metavar="N")
     planner.add_argument("--block-size", type=COUNT, default=32, metavar="N")
@@ -78,8 +85,6 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.bench == "verdict":
         return cmd_bench_verdict(args)
-    if args.bench == "residency":
-        raise EffctxError("bench residency draws with Textual: run it as `effctx bench residency`")
     from effctx_core.bench.measuring import measuring
 
     # Every other bench command times something: `effctx certify` sees it and does not
@@ -89,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace) -> int:
+    front_end = getattr(args, "front_end", None)
+    if front_end is not None:
+        return int(front_end(args.rest))
     if args.bench == "planner":
         return cmd_bench_planner(args)
     if args.bench == "prefix-index":

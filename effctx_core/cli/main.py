@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from effctx_core.cli import (
     bench,
@@ -37,18 +37,27 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(front_end_benches: Mapping[str, bench.FrontEndBench] | None = None) -> argparse.ArgumentParser:
+    """Every command; `front_end_benches` are the `bench` subcommands a front end runs
+    (the console's, drawn with Textual, which this package never imports)."""
     parser = OneLineParser(prog="effctx", description="See and steer what a local LLM runtime keeps in context.")
     sub = parser.add_subparsers(dest="command")
     for command in COMMANDS.values():
-        command.add_parser(sub)
+        if command is bench:
+            bench.add_parser(sub, front_end_benches)
+        else:
+            command.add_parser(sub)
     return parser
 
 
-def run_command(argv: Sequence[str]) -> int:
+def run_command(argv: Sequence[str], front_end_benches: Mapping[str, bench.FrontEndBench] | None = None) -> int:
     """Run a headless command; returns the exit code. Errors become one line."""
     try:
-        args = build_parser().parse_args(list(argv))
+        args, rest = build_parser(front_end_benches).parse_known_args(list(argv))
+        if getattr(args, "front_end", None) is not None:
+            args.rest = rest  # a front end's benchmark parses its own options
+        elif rest:
+            raise EffctxError(f"unrecognized arguments: {' '.join(rest)}")
         if args.command is None:
             raise EffctxError("no command given (try: effctx --help)")
         return COMMANDS[args.command].run(args)
