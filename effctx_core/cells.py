@@ -15,7 +15,7 @@ from effctx_core.contract import Backend, ModelInfo
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.profiles import Profile
 from effctx_core.residency.config import ResidencyConfig
-from effctx_core.residency.planners import check_planner, planner_caps
+from effctx_core.residency.policies import check_planner, planner_caps
 
 
 def check_cell(backend: Backend, info: ModelInfo, config: ResidencyConfig) -> None:

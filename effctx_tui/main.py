@@ -18,13 +18,13 @@ QUIT_GRACE_S = 5.0  # how long a served console whose server is gone may take to
 
 
 def _bench_residency(argv: list[str]) -> int:
-    from effctx_tui.bench_residency import main as bench_residency
+    from effctx_tui.bench.residency import main as bench_residency
 
     return bench_residency(argv)
 
 
 def _bench_keys(argv: list[str]) -> int:
-    from effctx_tui.bench_keys import main as bench_keys
+    from effctx_tui.bench.keys import main as bench_keys
 
     return bench_keys(argv)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.residency import BlockClass, BlockFlag, BlockTable, Reason, ResidencyReport, Segment
 from effctx_core.residency.config import ResidencyConfig
-from effctx_core.residency.planners import (
+from effctx_core.residency.policies import (
     POLICIES,
     BudgetPlanner,
     NonePlanner,

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from effctx_core.residency import BlockTable, Segment
-from effctx_core.residency.planners import (
+from effctx_core.residency.policies import (
     BudgetPlanner,
     NonePlanner,
     Planner,

@@ -11,7 +11,7 @@ from effctx_core.cells import check_cell
 from effctx_core.contract import Backend, ResidencyExecutor, Session
 from effctx_core.errors import EffctxError
 from effctx_core.profiles import Profile
-from effctx_core.residency.planners import planner_caps
+from effctx_core.residency.policies import planner_caps
 from effctx_core.residency.tracker import ResidencyTracker
 
 

@@ -39,7 +39,7 @@ from effctx_core.events.trace import (
 )
 from effctx_core.profiles import DEFAULT_PROFILE, Profile
 from effctx_core.residency import BlockClass, ResidencyReport, Segment
-from effctx_core.residency.planners import keeps_budget
+from effctx_core.residency.policies import keeps_budget
 from effctx_core.residency.tracker import ResidencyTracker
 from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree import SnapshotTree

@@ -28,7 +28,7 @@ from effctx_core.events.trace import (
 from effctx_core.profiles import Profile
 from effctx_core.residency import BlockClass, Reason, ResidencyReport, Segment
 from effctx_core.residency.config import ResidencyConfig
-from effctx_core.residency.planners import PlannerCaps
+from effctx_core.residency.policies import PlannerCaps
 from effctx_core.residency.tracker import ResidencyTracker
 from effctx_core.snapshots.tree import SnapshotTree
 

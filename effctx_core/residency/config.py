@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from effctx_core.errors import EffctxError
-from effctx_core.residency.planners import POLICIES, policy_class
+from effctx_core.residency.policies import POLICIES, policy_class
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from effctx_core.contract import RuntimeEviction
 from effctx_core.residency.blocks import BlockClass, BlockTable, Reason, Segment
 from effctx_core.residency.config import ResidencyConfig
 from effctx_core.residency.modeled import modeled_table
-from effctx_core.residency.planners import PlannerCaps, planner_for
+from effctx_core.residency.policies import PlannerCaps, planner_for
 from effctx_core.residency.report import MODELED, OBSERVED, ResidencyReport
 
 

@@ -32,7 +32,7 @@ from effctx_core.events.trace import (
     TurnStarted,
 )
 from effctx_core.residency import OBSERVED
-from effctx_core.residency.planners import keeps_budget
+from effctx_core.residency.policies import keeps_budget
 from effctx_core.snapshots.tree import SnapshotTree
 from effctx_tui.messages import EngineEvent, EngineFailed, EngineReady, TurnDone
 from effctx_tui.screens.benchmark import BenchmarkScreen

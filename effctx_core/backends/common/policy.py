@@ -8,7 +8,7 @@ import numpy as np
 from effctx_core.contract import Capabilities, RangeAction
 from effctx_core.errors import UnsupportedFeatureError
 from effctx_core.residency import BlockTable
-from effctx_core.residency.planners import policy_class
+from effctx_core.residency.policies import policy_class
 
 
 def check_policy(caps: Capabilities, policy: str) -> None:

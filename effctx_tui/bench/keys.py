@@ -20,7 +20,7 @@ import time
 from effctx_core.cli.options import OneLineParser
 from effctx_core.errors import EffctxError
 from effctx_core.units import ms_between
-from effctx_tui.bench_command import bench_command
+from effctx_tui.bench.command import bench_command
 
 KEYS = "abcdefghijklmnopqrstuvwxyz0123"
 SPACING_S = 0.1

@@ -23,7 +23,7 @@ from effctx_core.cli.options import OneLineParser
 from effctx_core.errors import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockTable, Segment
 from effctx_core.units import ms_since
-from effctx_tui.bench_command import bench_command
+from effctx_tui.bench.command import bench_command
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.residency_tape import Zoom
 from effctx_tui.widgets.residency_view import ResidencyView

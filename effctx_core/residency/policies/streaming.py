@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from effctx_core.residency.blocks import BlockClass, BlockTable, Reason
-from effctx_core.residency.planners.base import PlannerCaps, WindowedPlanner, mark_windows
+from effctx_core.residency.policies.base import PlannerCaps, WindowedPlanner, mark_windows
 
 
 class StreamingPlanner(WindowedPlanner):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from effctx_core.residency.blocks import BlockClass, BlockTable, Reason
-from effctx_core.residency.planners.base import Planner, PlannerCaps
+from effctx_core.residency.policies.base import Planner, PlannerCaps
 
 
 class NonePlanner(Planner):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from effctx_core.residency.blocks import BlockClass, BlockTable, Reason
-from effctx_core.residency.planners.base import (
+from effctx_core.residency.policies.base import (
     PlannerCaps,
     WindowedPlanner,
     float_key,

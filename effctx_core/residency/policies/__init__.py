@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 from effctx_core.contract import Capabilities
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
-from effctx_core.residency.planners.base import Planner, PlannerCaps
-from effctx_core.residency.planners.budget import BudgetPlanner
-from effctx_core.residency.planners.none import NonePlanner
-from effctx_core.residency.planners.scored import ScoredPlanner
-from effctx_core.residency.planners.streaming import StreamingPlanner
+from effctx_core.residency.policies.base import Planner, PlannerCaps
+from effctx_core.residency.policies.budget import BudgetPlanner
+from effctx_core.residency.policies.none import NonePlanner
+from effctx_core.residency.policies.scored import ScoredPlanner
+from effctx_core.residency.policies.streaming import StreamingPlanner
 
 if TYPE_CHECKING:
     from effctx_core.residency.config import ResidencyConfig

@@ -1,0 +1,1 @@
+"""The console's own benchmarks: timings that need Textual (a redraw, a typed key)."""
