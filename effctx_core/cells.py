@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from effctx_core.backends.profile_loader import available_profiles, legacy_settings, load_profile
-from effctx_core.backends.registry import BACKENDS, get_backend
-from effctx_core.contract import Backend, ModelInfo
+from effctx_core.backends.registry import BACKENDS, CellBackend, get_backend
+from effctx_core.contract import ModelInfo
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.profiles import Profile
-from effctx_core.residency.config import ResidencyConfig
+from effctx_core.residency.config import ResidencyConfig, policy_evicts
 from effctx_core.residency.policies import check_planner, planner_caps
 
 
-def check_cell(backend: Backend, info: ModelInfo, config: ResidencyConfig) -> None:
+def check_cell(backend: CellBackend, info: ModelInfo, config: ResidencyConfig) -> None:
     """Raise UnsupportedFeatureError unless the residency policy can run on this session:
     the planner's needs (scores), then the backend executor's (for llama.cpp, shifts).
     The engine opens a cell only after this check, and the cells list says its reason."""
@@ -81,7 +81,7 @@ def list_cells(model_path: Path, model_name: str) -> list[Cell]:
     return cells
 
 
-def _cell(backend: Backend, name: str, profile: Profile, model_path: Path, model_name: str) -> Cell:
+def _cell(backend: CellBackend, name: str, profile: Profile, model_path: Path, model_name: str) -> Cell:
     try:
         info = backend.describe(model_path, profile)
     except EffctxError as exc:
@@ -97,7 +97,7 @@ def _cell(backend: Backend, name: str, profile: Profile, model_path: Path, model
 def _offer(info: ModelInfo, profile: Profile) -> str:
     """What the cell allocates: not a claim about what it holds well (only a certificate
     says that)."""
-    if profile.residency.evicts:
+    if policy_evicts(profile.residency):
         return (f"the {profile.residency.policy} policy keeps at most {profile.budget_tokens} tokens resident "
                 "and evicts the rest")
     return info.max_context.reason

@@ -6,11 +6,6 @@ leaves it half-changed and silent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from effctx_core.identity import RuntimeIdentity
-
 
 class EffctxError(Exception):
     """An error a user can act on; its message is one line."""
@@ -38,19 +33,6 @@ class ContextOverflowError(EffctxError):
 
 class SessionFatalError(EffctxError):
     """The backend state can no longer be trusted; the session must be reopened."""
-
-
-class IdentityMismatchError(EffctxError):
-    def __init__(self, expected: RuntimeIdentity, got: RuntimeIdentity):
-        self.expected = expected
-        self.got = got
-        diff = ", ".join(
-            f"{name} {mine!r} != {theirs!r}" for name, mine, theirs in expected.differences(got)
-        )
-        super().__init__(f"snapshot belongs to another runtime identity ({diff})")
-
-    def __reduce__(self):
-        return type(self), (self.expected, self.got)
 
 
 class RpcWorkerError(SessionFatalError):

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
+from effctx_core.errors import EffctxError
+
 Setting = str | int | float | bool | None
 
 
@@ -70,3 +72,18 @@ class RuntimeIdentity:
         mine, theirs = self._flat(), other._flat()
         return [(name, mine.get(name), theirs.get(name)) for name in sorted(mine.keys() | theirs.keys())
                 if mine.get(name) != theirs.get(name)]
+
+
+class IdentityMismatchError(EffctxError):
+    """A snapshot made by another runtime identity: restoring it would mix KV states."""
+
+    def __init__(self, expected: RuntimeIdentity, got: RuntimeIdentity):
+        self.expected = expected
+        self.got = got
+        diff = ", ".join(
+            f"{name} {mine!r} != {theirs!r}" for name, mine, theirs in expected.differences(got)
+        )
+        super().__init__(f"snapshot belongs to another runtime identity ({diff})")
+
+    def __reduce__(self):
+        return type(self), (self.expected, self.got)

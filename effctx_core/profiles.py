@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from effctx_core.errors import EffctxError
-from effctx_core.residency.config import ResidencyConfig
 
 DEFAULT_PROFILE_NAME = "exact"
 
@@ -23,6 +22,27 @@ def default_threads() -> int:
     # llama.cpp spins its threads; more threads than free cores halves decode speed
     # (measured: 2 threads with one of 2 cores busy decode 21 tok/s, against 53 idle).
     return max(1, len(os.sched_getaffinity(0)))
+
+
+@dataclass(frozen=True)
+class ResidencyConfig:
+    """A profile's residency section: the policy and its windows (checked, with the policy
+    registry, by residency.config.check_residency where profiles are loaded)."""
+
+    policy: str = "none"
+    # Whole blocks of the default block_size, so `policy = "streaming"` alone is valid.
+    sink_tokens: int = 32
+    recent_tokens: int = 992
+    budget: int = 0  # tokens; 0 = the context size
+    block_size: int = 32
+    # How many tokens one decode slide makes room for: each slide makes llama.cpp
+    # re-rotate every shifted key, so sliding a token at a time would cost that per token.
+    slide_tokens: int = 64
+
+    @property
+    def identity_key(self) -> str:
+        """The policy and the parameters that decide which tokens its cache keeps."""
+        return f"{self.policy}:{self.sink_tokens}:{self.recent_tokens}:{self.budget}:{self.block_size}"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ import pytest
 from effctx_core.backends.llama.backend import LlamaBackend
 from effctx_core.backends.llama.settings import LlamaOptions
 from effctx_core.contract import DecodeConfig, PrefixCause, SessionSnapshot
-from effctx_core.errors import ContextOverflowError, IdentityMismatchError, SessionFatalError
+from effctx_core.errors import ContextOverflowError, SessionFatalError
+from effctx_core.identity import IdentityMismatchError
 from effctx_core.profiles import Profile
 
 EXACT = Profile(name="exact-test", n_ctx=2048, backend_options=LlamaOptions(flash_attn=False, swa_full=True))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.residency import BlockClass, BlockFlag, BlockTable, Reason, ResidencyReport, Segment
-from effctx_core.residency.config import ResidencyConfig
+from effctx_core.residency.config import ResidencyConfig, check_residency
 from effctx_core.residency.policies import (
     POLICIES,
     BudgetPlanner,
@@ -136,8 +136,8 @@ def test_each_policy_declares_its_parameters_needs_and_effects():
     planner = planner_for(ResidencyConfig(policy="budget", sink_tokens=64, recent_tokens=128), NO_SCORES)
     assert (planner.sink_tokens, planner.recent_tokens) == (64, 128)
     with pytest.raises(EffctxError, match="not a multiple of block_size"):
-        ResidencyConfig(policy="streaming", sink_tokens=5, block_size=4).validate("here")
-    ResidencyConfig(policy="none", sink_tokens=5, block_size=4).validate("here")  # none takes no windows
+        check_residency(ResidencyConfig(policy="streaming", sink_tokens=5, block_size=4), "here")
+    check_residency(ResidencyConfig(policy="none", sink_tokens=5, block_size=4), "here")  # none takes no windows
 
 
 @st.composite

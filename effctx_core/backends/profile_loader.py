@@ -23,7 +23,7 @@ from effctx_core.backends.registry import BACKENDS, BackendSpec, spec
 from effctx_core.backends.table import options_from_table, table_problems
 from effctx_core.errors import EffctxError
 from effctx_core.profiles import DEFAULT_PROFILE_NAME, Profile, ProfileError
-from effctx_core.residency.config import ResidencyConfig
+from effctx_core.residency.config import ResidencyConfig, check_residency
 
 NoteFn = Callable[[str], None]
 # The settings every backend shares, at a profile's top level.
@@ -70,7 +70,7 @@ def check_profile(profile: Profile) -> Profile:
     if problems:
         raise ProfileError(problems[0])
     try:
-        profile.residency.validate(where)
+        check_residency(profile.residency, where)
     except EffctxError as exc:
         raise ProfileError(str(exc)) from None
     if profile.residency.budget > profile.n_ctx:

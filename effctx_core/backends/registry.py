@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeAlias
 
+from effctx_core.contract import Backend
 from effctx_core.errors import EffctxError
+from effctx_core.profiles import Profile
+from effctx_core.residency.blocks import BlockTable
 
 if TYPE_CHECKING:
     from effctx_core.backends.conformance import ContractVariant
     from effctx_core.backends.table import ValueCheck
-    from effctx_core.contract import Backend
     from effctx_core.identity import Setting
-    from effctx_core.profiles import Profile
+
+# A backend as effctx drives it: sessions opened from a Profile, residency plans given as
+# block tables (the contract leaves both open: it sits below profiles and residency).
+CellBackend: TypeAlias = Backend[Profile, BlockTable]
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,9 @@ class BackendSpec:
 
         return options_of(profile, self.options, self.name)
 
-    def create(self) -> Backend:
+    def create(self) -> CellBackend:
         module, _, cls = self.backend.partition(":")
-        backend: Backend = getattr(importlib.import_module(module), cls)()
+        backend: CellBackend = getattr(importlib.import_module(module), cls)()
         return backend
 
 
@@ -71,7 +76,7 @@ def spec(name: str) -> BackendSpec:
     return found
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str) -> CellBackend:
     return spec(name).create()
 
 

@@ -28,11 +28,10 @@ from effctx_core.contract import (
 from effctx_core.errors import (
     ContextOverflowError,
     EffctxError,
-    IdentityMismatchError,
     SessionFatalError,
     UnsupportedFeatureError,
 )
-from effctx_core.identity import RuntimeIdentity, Setting
+from effctx_core.identity import IdentityMismatchError, RuntimeIdentity, Setting
 from effctx_core.transcript import chat_format_for
 from effctx_core.units import ms_since
 

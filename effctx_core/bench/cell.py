@@ -15,6 +15,7 @@ from effctx_core.bench.smoke import ANSWER_TOKENS, PasskeyTrial, run_passkey
 from effctx_core.cancel import CancelToken
 from effctx_core.engine import SessionEngine
 from effctx_core.profiles import Profile
+from effctx_core.residency.config import policy_evicts
 
 ProgressFn = Callable[[str, int, int], None]  # message, steps done, steps
 
@@ -36,7 +37,7 @@ class CellBenchPlan:
     def passkey_length(self, profile: Profile) -> int:
         """The smoke's prompt length: the plan's, cut to what the profile can hold when it
         does not evict (an evicting profile is meant to be asked beyond its window)."""
-        if profile.residency.evicts:
+        if policy_evicts(profile.residency):
             return self.passkey_tokens
         return min(self.passkey_tokens, profile.n_ctx - ANSWER_TOKENS - 64)
 

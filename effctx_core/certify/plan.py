@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from effctx_core.bench.smoke import ANSWER_TOKENS
 from effctx_core.certify.gates import THROUGHPUT_MIN_RATIO
 from effctx_core.profiles import Profile
+from effctx_core.residency.config import policy_evicts
 
 # The question and the answer need room after the passkey prompt.
 ANSWER_ROOM = ANSWER_TOKENS + 64
@@ -33,7 +34,7 @@ class CertifyPlan:
         """The lengths this profile is tested at: a cell that keeps everything is tested
         up to what it allocates, that limit included (its certified limit can then be
         all it holds); an evicting cell is asked beyond its budget on purpose."""
-        if profile.residency.evicts:
+        if policy_evicts(profile.residency):
             return self.lengths
         limit = profile.n_ctx - ANSWER_ROOM
         fitting = tuple(n for n in self.lengths if n <= limit)
@@ -45,7 +46,7 @@ class CertifyPlan:
         """An evicting cell is scored past its budget (about 4.5 characters a token, so
         twice the budget in characters is safely beyond it): the NLL then shows what the
         eviction costs."""
-        if profile.residency.evicts:
+        if policy_evicts(profile.residency):
             return max(self.nll_chars, profile.budget_tokens * 9)
         return self.nll_chars
 

@@ -1,20 +1,27 @@
 """The backend protocol: what a runtime says about a model and a profile before anything
-is loaded, and how it opens sessions, executors and baselines."""
+is loaded, and how it opens sessions, executors and baselines.
+
+The contract sits below the profile record and the residency blocks (a profile names its
+backend's options; the blocks are the residency layer's), so the protocol is generic in
+both: `Backend[Profile, BlockTable]` is a backend as effctx drives it
+(backends.registry.CellBackend)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
 
 from effctx_core.contract.records import CapacityReport, ModelInfo, RuntimeEviction
 
 if TYPE_CHECKING:
     from effctx_core.contract.baseline import Baseline
     from effctx_core.contract.session import ResidencyExecutor, Session
-    from effctx_core.profiles import Profile
+
+Profile = TypeVar("Profile", contravariant=True)
+Table = TypeVar("Table", contravariant=True)
 
 
-class Backend(Protocol):
+class Backend(Protocol[Profile, Table]):
     name: str
 
     def version(self) -> str: ...
@@ -54,7 +61,7 @@ class Backend(Protocol):
         residency policy on a session described by `info`."""
         ...
 
-    def residency_executor(self, session: Session) -> "ResidencyExecutor": ...
+    def residency_executor(self, session: Session) -> ResidencyExecutor[Table]: ...
 
     def capacity_report(self, info: ModelInfo, profile: Profile, memory_bytes: int) -> CapacityReport:
         """The KV layout of this context and what `memory_bytes` of cache buys per K/V

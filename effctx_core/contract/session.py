@@ -3,7 +3,7 @@ that edits a session's cache with the backend's own primitives."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Generator, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Generator, Protocol, Sequence, TypeVar
 
 from effctx_core.contract.records import (
     ContextReport,
@@ -20,8 +20,6 @@ from effctx_core.contract.records import (
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from effctx_core.residency.blocks import BlockTable
 
 
 # Called after each prefill chunk; it may raise to stop the prefill there.
@@ -68,10 +66,14 @@ class Session(Protocol):
     def close(self) -> None: ...
 
 
-class ResidencyExecutor(Protocol):
+# The residency layer's block table (residency.blocks.BlockTable), above the contract.
+Table = TypeVar("Table", contravariant=True)
+
+
+class ResidencyExecutor(Protocol[Table]):
     """Carries out residency plans on one session with the backend's own primitives."""
 
-    def apply(self, current: BlockTable, planned: BlockTable, demoted: np.ndarray) -> list[RangeAction]:
+    def apply(self, current: Table, planned: Table, demoted: np.ndarray) -> list[RangeAction]:
         """Take the `demoted` blocks (resident in `current`, not in `planned`) out of the
         cache; the actions say what was done, in the order it was done."""
         ...

@@ -6,22 +6,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from effctx_core.backends.registry import get_backend
+from effctx_core.backends.registry import CellBackend, get_backend
 from effctx_core.cells import check_cell
-from effctx_core.contract import Backend, ResidencyExecutor, Session
+from effctx_core.contract import ResidencyExecutor, Session
 from effctx_core.errors import EffctxError
 from effctx_core.profiles import Profile
+from effctx_core.residency.blocks import BlockTable
 from effctx_core.residency.policies import planner_caps
 from effctx_core.residency.tracker import ResidencyTracker
 
 
 @dataclass(frozen=True)
 class RunningCell:
-    backend: Backend
+    backend: CellBackend
     profile: Profile
     session: Session
     tracker: ResidencyTracker
-    executor: ResidencyExecutor
+    executor: ResidencyExecutor[BlockTable]
 
     @classmethod
     def open(cls, model_path: Path, profile: Profile) -> "RunningCell":

@@ -14,7 +14,7 @@ import numpy as np
 
 from effctx_core.contract import RuntimeEviction
 from effctx_core.residency.blocks import BlockClass, BlockTable, Reason, Segment
-from effctx_core.residency.config import ResidencyConfig
+from effctx_core.residency.config import ResidencyConfig, policy_evicts
 from effctx_core.residency.modeled import modeled_table
 from effctx_core.residency.policies import PlannerCaps, planner_for
 from effctx_core.residency.report import MODELED, OBSERVED, ResidencyReport
@@ -48,7 +48,7 @@ class ResidencyTracker:
 
     @property
     def evicts(self) -> bool:
-        return self.config.evicts
+        return policy_evicts(self.config)
 
     # ------------------------------------------------------------------ the tape
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from effctx_core.contract import DecodeConfig, SessionSnapshot
-from effctx_core.errors import IdentityMismatchError
+from effctx_core.identity import IdentityMismatchError
 from tests.helpers.contract import require, words
 
 GREEDY = DecodeConfig(max_tokens=6)

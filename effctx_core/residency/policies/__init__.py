@@ -13,7 +13,7 @@ from effctx_core.residency.policies.scored import ScoredPlanner
 from effctx_core.residency.policies.streaming import StreamingPlanner
 
 if TYPE_CHECKING:
-    from effctx_core.residency.config import ResidencyConfig
+    from effctx_core.profiles import ResidencyConfig
 
 # Every policy a profile can name, by name (in the order error messages list them).
 POLICIES: dict[str, type[Planner]] = {cls.name: cls for cls in (NonePlanner, StreamingPlanner, BudgetPlanner, ScoredPlanner)}

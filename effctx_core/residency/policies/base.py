@@ -19,7 +19,7 @@ from effctx_core.errors import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockFlag, BlockTable, Reason
 
 if TYPE_CHECKING:
-    from effctx_core.residency.config import ResidencyConfig
+    from effctx_core.profiles import ResidencyConfig
 
 
 @dataclass(frozen=True)
