@@ -56,6 +56,22 @@ def test_the_second_run_restores_the_prefix_instead_of_prefilling_it(cache_home,
     assert second["text"] == first["text"]  # the restored state continues exactly
 
 
+def test_a_prefix_file_grown_at_its_end_restores_the_stored_part_and_prefills_the_rest(cache_home, prefix_file):
+    prefix_file.write_text(prefix_file.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    first, _ = run(cache_home, "--prefix-file", str(prefix_file), "--prompt", QUESTION)
+    prefix_file.write_text(prefix_file.read_text(encoding="utf-8") + "More notes follow.\n", encoding="utf-8")
+    grown, _ = run(cache_home, "--prefix-file", str(prefix_file), "--prompt", QUESTION)
+    again, _ = run(cache_home, "--prefix-file", str(prefix_file), "--prompt", QUESTION)
+    stored, added, question_tokens = first["prefix"]["tokens"], grown["prefix"]["tokens"] - first["prefix"]["tokens"], 6
+    assert added > 0
+    assert (grown["cache"], grown["prefix"]["restored"]) == ("partial", stored)
+    assert (grown["tokens"]["reused"], grown["tokens"]["prefilled"]) == (stored, added + question_tokens)
+    assert grown["prefix"]["key"] != first["prefix"]["key"]  # the whole grown prefix is stored too
+    assert (again["cache"], again["prefix"]["key"], again["tokens"]["reused"]) == (
+        "hit", grown["prefix"]["key"], grown["prefix"]["tokens"])
+    assert again["text"] == grown["text"]  # restoring part and prefilling the rest continues exactly
+
+
 def test_no_prefix_cache_prefills_and_stores_nothing(cache_home, prefix_file):
     data, _ = run(cache_home, "--prefix-file", str(prefix_file), "--prompt", QUESTION, "--no-prefix-cache")
     assert data["cache"] == "off" and data["tokens"]["reused"] == 0

@@ -60,13 +60,11 @@ def run(args: argparse.Namespace) -> int:
         result = engine.complete(prompt, config)
     finally:
         engine.close()
-    # The prefix is part of this run: a cache hit counts it as reused, a miss as prefilled,
-    # and its load time is part of the time to the first token.
-    hit = loaded is not None and loaded.cache == "hit"
-    prefix_tokens = loaded.tokens if loaded else 0
+    # The prefix is part of this run: what the cache restored counts as reused, the rest as
+    # prefilled, and its load time is part of the time to the first token.
     prefix_ms = loaded.ms if loaded else 0.0
-    reused = prefix_tokens if hit else 0
-    prefilled = result.prefilled + (0 if hit else prefix_tokens)
+    reused = loaded.restored if loaded else 0
+    prefilled = result.prefilled + (loaded.computed if loaded else 0)
     prefill_ms = result.prefill_ms + prefix_ms
     data = {
         "text": result.text,
@@ -86,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         },
     }
     if loaded is not None:
-        data["prefix"] = {"tokens": prefix_tokens, "ms": round(prefix_ms, 3), "key": loaded.key}
+        data["prefix"] = {"tokens": loaded.tokens, "restored": loaded.restored, "ms": round(prefix_ms, 3), "key": loaded.key}
     if args.json:
         print(json.dumps(data, indent=2))
         return _trace_outcome(engine)

@@ -45,26 +45,34 @@ class PrefixLoader:
             # prefill it saves, so neither a restore nor a save is done.
             store = None
             message = f"prefix recomputed, not restored: {why}"
-        key = store.find(identity.digest(), tokens) if store is not None else None
-        if store is not None and key is not None:
+        # The longest stored prefix of these tokens (through the store's prefix index): all
+        # of them is a hit; part of them (a prefix file edited near its end) is restored and
+        # only the rest prefilled.
+        match = store.longest_prefix(identity.digest(), tokens) if store is not None else None
+        restored = 0
+        if store is not None and match is not None:
+            key, n = match
             try:
                 session.restore(load_snapshot(store, key, identity))
             except SnapshotError as exc:
                 # A damaged entry is quarantined by the store; a foreign one is left.
                 message = f"prefix cache entry not used ({exc}); prefilling instead"
-                key = None
             else:
-                state.tape = list(tokens)
-                tracker.reset(kind, len(tokens))
-                return self._loaded("hit", tokens, t0, key, None)
+                state.left = []  # the restore replaced whatever a reset left in the session
+                state.tape = list(tokens[:n])
+                tracker.reset(kind, n)
+                if n == len(tokens):
+                    return self._loaded("hit", tokens, n, t0, key, None)
+                restored = n
         state.gate.clear()
-        shared = state.take_left(tokens)
+        shared = restored or state.take_left(tokens)
         try:
             with state.gate.cancellable():
-                # The session may still hold a conversation a reset or a cancel ended.
-                session.ensure_prefix(tokens[:shared])
-                state.tape = tokens[:shared]
-                tracker.append(kind, shared, 0)
+                if not restored:
+                    # The session may still hold a conversation a reset or a cancel ended.
+                    session.ensure_prefix(tokens[:shared])
+                    state.tape = tokens[:shared]
+                    tracker.append(kind, shared, 0)
                 prefill(state, tokens[shared:], kind, 0, shared)
         except PrefillCancelled:
             # Nothing of the prefix counts: the next turn drops what was prefilled.
@@ -72,22 +80,23 @@ class PrefixLoader:
             tracker.reset()
             raise
         if store is None:
-            return self._loaded("recompute" if recompute else "off", tokens, t0, None, message)
+            return self._loaded("recompute" if recompute else "off", tokens, 0, t0, None, message)
+        result = "partial" if restored else "miss"
         if tracker.report().resident_tokens < len(tokens):
             # The policy evicted part of it: the cache holds no state for the whole prefix.
-            return self._loaded("miss", tokens, t0, None, message)
+            return self._loaded(result, tokens, restored, t0, None, message)
         try:
-            key = save_snapshot(store, session.snapshot(), meta={"kind": "prefix", "text_chars": len(text)}).key
+            saved: str | None = save_snapshot(store, session.snapshot(), meta={"kind": "prefix", "text_chars": len(text)}).key
         except SnapshotError as exc:
-            message = f"prefix cache not written ({exc}); running without it"
-        return self._loaded("miss", tokens, t0, key, message)
+            saved, message = None, f"prefix cache not written ({exc}); running without it"
+        return self._loaded(result, tokens, restored, t0, saved, message)
 
-    def _loaded(self, cache: str, tokens: list[int], t0: int, key: str | None, message: str | None) -> PrefixLoad:
-        load = PrefixLoad(cache, len(tokens), ms_since(t0), key, message)
-        hit = cache == "hit"
+    def _loaded(self, cache: str, tokens: list[int], restored: int, t0: int, key: str | None,
+                message: str | None) -> PrefixLoad:
+        load = PrefixLoad(cache, len(tokens), ms_since(t0), key, message, restored)
         self._checkpointer.checkpoint("prefix", f"prefix ({cache})", None, {
-            "prefilled": 0 if hit else len(tokens), "reused": len(tokens) if hit else 0, "load_ms": round(load.ms, 3),
+            "prefilled": load.computed, "reused": restored, "load_ms": round(load.ms, 3),
         }, known_blob=key)
         self._state.bus.emit(PrefixCacheLookup, result=cache, tokens=load.tokens, ms=round(load.ms, 3), key=key or "",
-                             message=message or "")
+                             message=message or "", restored=restored)
         return load

@@ -46,11 +46,18 @@ class SwapResult:
 class PrefixLoad:
     """How a stable prefix became resident: restored from the prefix cache or prefilled."""
 
-    cache: str  # "hit", "miss", "off", or "recompute" (a restore would cost more than the prefill)
+    # "hit" (all restored), "partial" (the longest stored prefix restored, the rest
+    # prefilled), "miss", "off", or "recompute" (a restore would cost more than the prefill)
+    cache: str
     tokens: int
     ms: float
-    key: str | None
+    key: str | None  # the entry that now holds the whole prefix, if any
     message: str | None  # one line: a refused cache entry, or a cache that could not be written
+    restored: int = 0  # tokens restored from the cache (all of them on a hit)
+
+    @property
+    def computed(self) -> int:
+        return self.tokens - self.restored
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,8 @@ def turn_cause(r: TurnFacts) -> tuple[str, str]:
     if r.cache_lookup is not None:
         c = r.cache_lookup
         how = {"hit": "restored from the prefix cache", "miss": "prefilled and stored", "off": "prefilled, no cache",
-               "recompute": "prefilled: a restore costs more than a prefill on this cell"}
+               "recompute": "prefilled: a restore costs more than a prefill on this cell",
+               "partial": f"restored from the prefix cache up to token {c.restored:,}, the rest prefilled and stored"}
         note = f" ({c.message})" if c.message else ""
         return f"{PREFIX_CACHE} {c.result}", (
             f"the stable prefix of {c.tokens:,} tokens was {how.get(c.result, c.result)} in {c.ms:,.1f} ms{note}; "

@@ -161,11 +161,12 @@ class ResidencyChanged(Event):
 @dataclass(frozen=True)
 class PrefixCacheLookup(Event):
     kind: ClassVar[str] = "prefix_cache"
-    result: str  # hit, miss or off
+    result: str  # hit, partial, miss, off or recompute (PrefixLoad.cache)
     tokens: int
     ms: float
     key: str
     message: str
+    restored: int = 0  # tokens restored (all on a hit, some on a partial); absent in older traces
 
 
 @dataclass(frozen=True)

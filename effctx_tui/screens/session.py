@@ -61,7 +61,11 @@ def prefix_note(name: str, event: PrefixCacheLookup) -> str:
     """What became of a stable prefix, as the transcript's first line."""
     if event.result == "hit":
         return f"{name}: {event.tokens:,} tokens restored from the prefix cache in {event.ms:,.0f} ms"
-    how = f"{name}: {event.tokens:,} tokens prefilled in {event.ms:,.0f} ms"
+    if event.result == "partial":
+        how = (f"{name}: {event.restored:,} of {event.tokens:,} tokens restored from the prefix cache, "
+               f"{event.tokens - event.restored:,} prefilled, in {event.ms:,.0f} ms")
+    else:
+        how = f"{name}: {event.tokens:,} tokens prefilled in {event.ms:,.0f} ms"
     if event.result == "off":
         return f"{how} (prefix cache off)"
     return f"{how}, stored in the prefix cache" if event.key else f"{how}, not stored in the prefix cache"

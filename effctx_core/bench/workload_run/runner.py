@@ -140,10 +140,9 @@ class _Run:
         with self.cancel.forwarded_to(self.engine.cancel):
             loaded = self.engine.load_prefix(w.prefix)
         lead = ms_since(t0)
-        hit = loaded.cache == "hit"
-        how = f"prefix cache {loaded.cache}: {loaded.tokens} tokens {'restored' if hit else 'computed'}"
+        how = f"prefix cache {loaded.cache}: {loaded.tokens} tokens, {loaded.restored} restored, {loaded.computed} computed"
         self.turn("turn 1" if kind == "cold" else "turn 1, new process", kind, w.turns[0], w.framing.render(w.turns[0]),
-                  lead_ms=lead, lead_computed=0 if hit else loaded.tokens,
+                  lead_ms=lead, lead_computed=loaded.computed,
                   how=how)
 
     def later_turns(self, turns: Sequence[Turn], first_number: int, label: str = "turn", kind: str = "suffix") -> None:
