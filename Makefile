@@ -32,7 +32,7 @@ test-fast: llama-cpp-libs
 # The layers (import-linter contracts), lint (ruff) and types (mypy on effctx_core and effctx_tui);
 # their settings are in pyproject.toml.
 lint: $(STAMP)
-	$(BIN)/lint-imports
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check effctx_core effctx_tui tests tools
 	$(BIN)/mypy
 
