@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from effctx_core.backends.cache_session import CacheSession, check_trained_context, session_identity
+from effctx_core.backends.decode_loop import InProcessDecode, token_logprobs
 from effctx_core.backends.gguf.binding import llama_cpp
 from effctx_core.backends.gguf.context import KV_CACHE_TYPES, QUANTIZED_TYPES
 from effctx_core.backends.gguf.runtime import (
@@ -21,12 +23,6 @@ from effctx_core.backends.gguf.runtime import (
 )
 from effctx_core.backends.gguf.sampling import Sampler
 from effctx_core.backends.llama.settings import kv_settings, options_of
-from effctx_core.backends.tape_session import (
-    TapeSession,
-    check_trained_context,
-    session_identity,
-    token_logprobs,
-)
 from effctx_core.contract import (
     Capabilities,
     Capability,
@@ -70,7 +66,7 @@ def context_params(profile: Profile) -> llama_cpp.llama_context_params:
     return params
 
 
-class LlamaSession(TapeSession):
+class LlamaSession(InProcessDecode, CacheSession):
     def __init__(self, model: LoadedModel, profile: Profile, backend_version: str):
         facts = model.facts
         check_trained_context(profile.n_ctx, model.n_ctx_train)
@@ -93,6 +89,7 @@ class LlamaSession(TapeSession):
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
         self._batch = Batch(profile.n_batch)
+        self._logits_ok = False
         # Logits restored from a snapshot; used for the next sample instead of the
         # context's own, which belong to whatever ran before the restore.
         self._logits_override: np.ndarray | None = None
@@ -150,9 +147,9 @@ class LlamaSession(TapeSession):
             ContextLimit("trained", self._model.n_ctx_train, f"the model was trained for {self._model.n_ctx_train} tokens (GGUF {facts.architecture}.context_length)"),
             ContextLimit(
                 "n_ctx",
-                self._n_ctx,
-                f"profile {profile.name!r} allocates a KV cache of {self._n_ctx} tokens"
-                + (f" (asked {profile.n_ctx}, llama.cpp padded it)" if self._n_ctx != profile.n_ctx else ""),
+                self._tape.n_ctx,
+                f"profile {profile.name!r} allocates a KV cache of {self._tape.n_ctx} tokens"
+                + (f" (asked {profile.n_ctx}, llama.cpp padded it)" if self._tape.n_ctx != profile.n_ctx else ""),
             ),
         ]
         return ModelInfo(
@@ -163,7 +160,7 @@ class LlamaSession(TapeSession):
             # llama-cpp-python is built here without a GPU backend and loads no layers
             # onto one (n_gpu_layers 0): every tensor and the cache are in host memory.
             device="cpu",
-            n_ctx=self._n_ctx,
+            n_ctx=self._tape.n_ctx,
             capabilities=capabilities,
             limits=tuple(limits),
         )
@@ -192,7 +189,7 @@ class LlamaSession(TapeSession):
         A sliding-window layer drops positions older than the window as the tape grows;
         cut back below the oldest one it holds plus the window, it would attend to
         positions it no longer has."""
-        n = len(self._resident)
+        n = len(self._tape.resident)
         n_swa = self._model.n_swa
         if n == 0:
             return 0
@@ -206,14 +203,14 @@ class LlamaSession(TapeSession):
         return min(n, oldest + n_swa)
 
     def _truncate(self, keep: int) -> None:
-        if keep >= len(self._resident):
+        if keep >= len(self._tape.resident):
             return
         if keep == 0:
             llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
             self._restore_floor = 0
         elif not llama_cpp.llama_memory_seq_rm(self._mem, SEQ, keep, -1):
             raise self._poison(f"llama.cpp refused to remove positions {keep}.. from the cache")
-        del self._resident[keep:]
+        del self._tape.resident[keep:]
         self._logits_ok = False
         self._logits_override = None
 
@@ -223,19 +220,19 @@ class LlamaSession(TapeSession):
         Only where the context can shift; the residency executor checks that first.
         """
         self._check_usable()
-        if not 0 <= start < end <= len(self._resident):
-            raise EffctxError(f"cannot remove positions [{start}, {end}) from a cache of {len(self._resident)}")
+        if not 0 <= start < end <= len(self._tape.resident):
+            raise EffctxError(f"cannot remove positions [{start}, {end}) from a cache of {len(self._tape.resident)}")
         t0 = time.perf_counter_ns()
         if not llama_cpp.llama_memory_seq_rm(self._mem, SEQ, start, end):
             raise self._poison(f"llama.cpp refused to remove positions [{start}, {end})")
-        if end < len(self._resident):
+        if end < len(self._tape.resident):
             llama_cpp.llama_memory_seq_add(self._mem, SEQ, end, -1, start - end)
-        del self._resident[start:end]
+        del self._tape.resident[start:end]
         self._logits_ok = False
         self._logits_override = None
         pos_max = int(llama_cpp.llama_memory_seq_pos_max(self._mem, SEQ))
-        if pos_max != len(self._resident) - 1:
-            raise self._poison(f"after removing [{start}, {end}) the cache ends at {pos_max}, expected {len(self._resident) - 1}")
+        if pos_max != len(self._tape.resident) - 1:
+            raise self._poison(f"after removing [{start}, {end}) the cache ends at {pos_max}, expected {len(self._tape.resident) - 1}")
         return ms_since(t0)
 
     # ------------------------------------------------------------------ evaluation
@@ -256,7 +253,7 @@ class LlamaSession(TapeSession):
         """The n_batch chunk loop; with `scores`, every position's logits are asked for and
         each chunk's rows score the token after them into it."""
         total = len(tokens)
-        start = len(self._resident)
+        start = len(self._tape.resident)
         arr = np.asarray(tokens, dtype=np.int32)
         clear_llama_errors()
         self._logits_override = None
@@ -279,7 +276,7 @@ class LlamaSession(TapeSession):
                 rows = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(len(chunk), self._model.n_vocab))
                 scores[off : off + len(targets)] = token_logprobs(rows[: len(targets)], targets)
             ms = ms_since(t0)
-            self._resident.extend(tokens[off : off + len(chunk)])
+            self._tape.resident.extend(tokens[off : off + len(chunk)])
             elapsed += ms
             if progress is not None:
                 progress(PrefillProgress(stage, off + len(chunk), total, len(chunk), ms))
@@ -290,10 +287,10 @@ class LlamaSession(TapeSession):
         # llama_decode commits each ubatch as it goes: the chunks before the failing one
         # are in the cache. Take them back when that is exact, so the call leaves the
         # session as it was.
-        committed = len(self._resident)
+        committed = len(self._tape.resident)
         if committed > start:
             if self.rollback_limit() <= start and llama_cpp.llama_memory_seq_rm(self._mem, SEQ, start, -1):
-                del self._resident[start:]
+                del self._tape.resident[start:]
                 self._logits_ok = False
             else:
                 raise self._poison(f"llama_decode returned {rc} after {committed - start} tokens were committed")
@@ -302,16 +299,16 @@ class LlamaSession(TapeSession):
             # the logits it held are stale all the same.
             self._logits_ok = False
         if rc == _DECODE_NO_SLOT:
-            raise ContextOverflowError(stage, start, total, self._n_ctx)
+            raise ContextOverflowError(stage, start, total, self._tape.n_ctx)
         raise self._poison(f"llama_decode returned {rc}: {llama_error_reason('inconsistent positions or batch')}")
 
     def _refresh_logits(self) -> None:
         # After any KV edit or restore the context's logits belong to another state (the
         # last batch evaluated before it): drop the last position and decode its token again.
-        last = len(self._resident) - 1
+        last = len(self._tape.resident) - 1
         if not llama_cpp.llama_memory_seq_rm(self._mem, SEQ, last, -1):
             raise self._poison("llama.cpp refused to remove the last position for a logits refresh")
-        token = self._resident.pop()
+        token = self._tape.resident.pop()
         self._eval([token], "refresh", None)
 
     # ------------------------------------------------------------------ sampling
@@ -342,14 +339,14 @@ class LlamaSession(TapeSession):
         size = llama_cpp.llama_state_seq_get_size(self._ctx, SEQ)
         buf = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, SEQ)
-        if written == 0 and self._resident:
+        if written == 0 and self._tape.resident:
             raise EffctxError("llama.cpp wrote no state for the sequence")
-        return SessionSnapshot(self.identity, tuple(self._resident), ctypes.string_at(buf, written), self._current_logits())
+        return SessionSnapshot(self.identity, tuple(self._tape.resident), ctypes.string_at(buf, written), self._current_logits())
 
     def restore(self, snapshot: SessionSnapshot) -> None:
         self._check_restorable(snapshot)
         llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
-        self._resident, self._pending = [], []
+        self._tape.reset()
         self._logits_ok = False
         if not snapshot.tokens:
             self._restore_floor = 0
@@ -361,16 +358,13 @@ class LlamaSession(TapeSession):
         pos_max = int(llama_cpp.llama_memory_seq_pos_max(self._mem, SEQ))
         if pos_max != snapshot.n_tokens - 1:
             raise self._poison(f"restored state ends at position {pos_max}, its token list at {snapshot.n_tokens - 1}")
-        self._resident = list(snapshot.tokens)
+        self._tape.reset(snapshot.tokens)
         if snapshot.logits is not None and len(snapshot.logits) == 4 * self._model.n_vocab:
             self._logits_override = np.frombuffer(snapshot.logits, dtype=np.float32).copy()
             self._logits_ok = True
         n_swa = self._model.n_swa
         self._restore_floor = max(0, snapshot.n_tokens - n_swa) if n_swa else 0
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _release(self) -> None:
         self._batch.free()
         llama_cpp.llama_free(self._ctx)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from effctx_core.backends.cache_session import check_trained_context
 from effctx_core.backends.common.policy import NoEditExecutor, check_policy
 from effctx_core.backends.gguf.facts import check_gguf_file
 from effctx_core.backends.gguf.runtime import load_model
@@ -27,7 +28,6 @@ from effctx_core.backends.llama_server.connection import (
 from effctx_core.backends.llama_server.info import BACKEND, model_info
 from effctx_core.backends.llama_server.session import LlamaServerSession
 from effctx_core.backends.llama_server.settings import options_of, started_profile
-from effctx_core.backends.tape_session import check_trained_context
 from effctx_core.contract import Baseline, CapacityReport, ModelInfo, RuntimeEviction, Session
 from effctx_core.errors import BackendUnavailableError
 from effctx_core.models import ProgressFn

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from effctx_core.backends.cache_session import session_identity
 from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.llama_server.settings import QUANTIZED_TYPES, kv_settings, options_of
-from effctx_core.backends.tape_session import session_identity
 from effctx_core.contract import Capabilities, Capability, ContextLimit, ModelInfo
 
 if TYPE_CHECKING:

@@ -22,23 +22,21 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence
 
 import numpy as np
 
+from effctx_core.backends.cache_session import CacheSession, TextDecoder
 from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.llama_server.client import Event, EventStream, ServerError, ServerRefusal
 from effctx_core.backends.llama_server.connection import ServerConnection
 from effctx_core.backends.llama_server.ledger import CacheLedger
 from effctx_core.backends.llama_server.slots import Slot, SlotFileError, read_slot_file
-from effctx_core.backends.tape_session import TapeSession, TextDecoder, common_prefix_length
+from effctx_core.backends.tape import common_prefix_length
 from effctx_core.contract import (
-    ContextReport,
     DecodeConfig,
     ModelInfo,
     PrefillProgress,
     PrefixStatus,
     ProgressSink,
     RuntimeCounts,
-    ScoredSuffix,
     SessionSnapshot,
-    SuffixStatus,
     TokenChunk,
 )
 from effctx_core.errors import ContextOverflowError, EffctxError, UnsupportedFeatureError
@@ -85,7 +83,7 @@ class _Reply:
         )
 
 
-class LlamaServerSession(TapeSession):
+class LlamaServerSession(CacheSession):
     def __init__(self, vocab: LoadedModel, connection: ServerConnection, profile: Profile, info: ModelInfo):
         super().__init__(vocab, info.n_ctx)
         self._connection = connection
@@ -108,7 +106,7 @@ class LlamaServerSession(TapeSession):
     def _deferred(self) -> int:
         """1 where the last resident token is the decoded one the slot has not evaluated
         yet (the next request evaluates it), else 0."""
-        resident = self._resident
+        resident = self._tape.resident
         return int(len(resident) > 0 and common_prefix_length(self._held, resident) == len(resident) - 1)
 
     def _call(self, request: Callable[[], Any], stage: str, prompt_tokens: int) -> Any:
@@ -118,8 +116,8 @@ class LlamaServerSession(TapeSession):
             return request()
         except ServerRefusal as exc:
             if exc.kind == "exceed_context_size_error":
-                resident = len(self._resident)
-                raise ContextOverflowError(stage, resident, max(prompt_tokens - resident, 0), self._n_ctx) from None
+                resident = len(self._tape.resident)
+                raise ContextOverflowError(stage, resident, max(prompt_tokens - resident, 0), self._tape.n_ctx) from None
             raise self._poison(str(exc)) from None
         except ServerError as exc:
             raise self._poison(str(exc)) from None
@@ -166,20 +164,19 @@ class LlamaServerSession(TapeSession):
         elapsed = 0.0
         for off in range(0, total, self._n_batch):
             chunk = [int(t) for t in tokens[off : off + self._n_batch]]
-            before = len(self._resident) - self._deferred()  # what the slot holds of the tape
+            before = len(self._tape.resident) - self._deferred()  # what the slot holds of the tape
             t0 = time.perf_counter_ns()
-            answer = self._evaluate(self._resident + chunk, stage, f"a {stage} chunk")
+            answer = self._evaluate(self._tape.resident + chunk, stage, f"a {stage} chunk")
             ms = ms_since(t0)
             if off == 0 and answer is not None:
                 cache_n = int(answer["timings"]["cache_n"])
                 # The decoded token the slot had not evaluated was counted when it was
                 # decoded: it is reused here, where the server kept everything before it.
-                self._server_reuse = cache_n + (len(self._resident) - before if cache_n >= before else 0)
-            self._resident.extend(chunk)
+                self._server_reuse = cache_n + (len(self._tape.resident) - before if cache_n >= before else 0)
+            self._tape.resident.extend(chunk)
             elapsed += ms
             if progress is not None:
                 progress(PrefillProgress(stage, off + len(chunk), total, len(chunk), ms))
-        self._logits_ok = True
         return elapsed
 
     def _truncate(self, keep: int) -> None:
@@ -189,7 +186,7 @@ class LlamaServerSession(TapeSession):
             self._held = []
         # Otherwise the slot keeps its tokens: the next request diverges where the tape
         # was cut, and the server cuts there itself.
-        del self._resident[keep:]
+        del self._tape.resident[keep:]
 
     def ensure_prefix(self, prefix: Sequence[int], progress: ProgressSink | None = None) -> PrefixStatus:
         self._server_reuse = None
@@ -200,7 +197,7 @@ class LlamaServerSession(TapeSession):
         # The server reused another number of tokens than the tape says (it lost some, or
         # still held some the tape had dropped): its figure is the one reported.
         shift = reused - status.reused
-        self._stats["prefill_tokens"] -= shift
+        self._tape.counters.correct_reuse(shift)
         return replace(status, reused=reused, prefilled=status.prefilled - shift)
 
     # ------------------------------------------------------------------ decoding
@@ -228,13 +225,14 @@ class LlamaServerSession(TapeSession):
         stream goes on after it. Closing the generator early drops the stream and leaves
         the last token handed out pending."""
         self._check_usable()
-        if not self._resident and not self._pending:
+        tape = self._tape
+        if not tape.resident and not tape.pending:
             raise EffctxError("nothing to decode from: the session holds no tokens")
-        whole = len(self._resident) + len(self._pending)
-        if whole > self._n_ctx:
-            raise ContextOverflowError("decode", len(self._resident), len(self._pending), self._n_ctx)
-        room = self._n_ctx - whole
-        reply = _Reply(config, min(config.max_tokens, max(room + len(self._pending), 1)), whole,
+        whole = len(tape.resident) + len(tape.pending)
+        if whole > tape.n_ctx:
+            raise ContextOverflowError("decode", len(tape.resident), len(tape.pending), tape.n_ctx)
+        room = tape.n_ctx - whole
+        reply = _Reply(config, min(config.max_tokens, max(room + len(tape.pending), 1)), whole,
                        self._vocabulary.text_decoder(), time.perf_counter_ns())
         try:
             while reply.index < reply.n_emit and not reply.ended:
@@ -250,7 +248,7 @@ class LlamaServerSession(TapeSession):
     def _stream(self, reply: _Reply) -> Generator[TokenChunk, None, bool]:
         """One streamed request for the rest of the reply; True where the server held a
         token back (the stream is dropped there)."""
-        prompt = self._resident + self._pending
+        prompt = self._tape.resident + self._tape.pending
         body = self._decode_body(prompt, reply.n_emit - reply.index, reply.config, reply.index)
         expected = self._expected_reuse(prompt)
         taken: list[int] = []
@@ -316,7 +314,7 @@ class LlamaServerSession(TapeSession):
         """The token the stream held back, asked for alone: a non-streamed answer carries
         its id whatever its text (greedy, it is the same token)."""
         t0 = time.perf_counter_ns()
-        prompt = self._resident + self._pending
+        prompt = self._tape.resident + self._tape.pending
         answer = self._complete(prompt, 1, "decode", "a held-back token",
                                 self._decode_body(prompt, 1, reply.config, reply.index))
         tokens = answer.get("tokens")
@@ -331,31 +329,32 @@ class LlamaServerSession(TapeSession):
         if reply.ttft_ms is None:
             reply.ttft_ms = ms_since(reply.t_start)
         reply.handed_out += 1
-        if self._pending:
+        tape = self._tape
+        if tape.pending:
             # The server evaluated the token before this one to sample this one.
-            self._settle_pending()
+            tape.settle_pending()
         index = reply.index
         if self._vocabulary.is_eog(token):
             reply.ended = True
             drain()  # before the chunk: a caller stops reading at an end-of-generation token
             yield TokenChunk(token, reply.text.flush(), index, ms, "eog")
             return
-        self._pending = [token]
-        resident = len(self._resident)
-        stop = self._stop_reason(index, reply.config)
+        tape.pending = [token]
+        resident = len(tape.resident)
+        stop = tape.stop_reason(index, reply.config)
         piece = reply.text.feed(token) + (reply.text.flush() if stop else "")
-        self._stats["decode_ms"] += ms
+        tape.counters.count_decode_time(ms)
         reply.index += 1
         reply.ended = stop is not None
         yield TokenChunk(token, piece, index, ms, stop)
         if stop:
-            if resident < self._n_ctx:
+            if resident < tape.n_ctx:
                 # Resident as on every backend; the slot evaluates it with the next request.
-                self._settle_pending()
+                tape.settle_pending()
             drain()
 
-    def explain(self) -> ContextReport:
-        return replace(super().explain(), runtime_counts=self._last_request)
+    def _runtime_counts(self) -> RuntimeCounts | None:
+        return self._last_request
 
     # ------------------------------------------------------------------ token scores
 
@@ -391,46 +390,31 @@ class LlamaServerSession(TapeSession):
         batch: the scoring requests evaluated it a token at a time, which gives the cache
         other numbers. The slot is cut back first by a prompt that diverges there."""
         other = 0 if chunk[0] != 0 else 1
-        self._complete(self._resident + [other], 0, stage, "a cut before a re-evaluated chunk")
-        self._complete(self._resident + chunk, 0, stage, "a re-evaluated chunk")
+        self._complete(self._tape.resident + [other], 0, stage, "a cut before a re-evaluated chunk")
+        self._complete(self._tape.resident + chunk, 0, stage, "a re-evaluated chunk")
 
-    def score_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> ScoredSuffix:
-        """prefill_suffix with a score per token: in each n_batch chunk every token is
-        scored by its own request, then the chunk is evaluated again in one batch, so the
-        cache ends as prefill_suffix leaves it."""
-        self._check_usable()
-        claim = self._info.capabilities.token_scores
-        if not claim.supported:
-            raise UnsupportedFeatureError(f"no token scores here: {claim.reason}")
-        suffix = [int(t) for t in suffix]
-        todo = self._pending + suffix
-        if len(self._resident) + len(todo) > self._n_ctx:
-            raise ContextOverflowError("prefill", len(self._resident), len(todo), self._n_ctx)
-        t0 = time.perf_counter_ns()
-        skip = len(self._pending)
-        scores = np.full(len(todo), np.nan)
-        # Cleared first, as in prefill_suffix: chunks done before a stop are resident.
-        self._pending = []
+    def _first_score(self, token: int) -> float:
+        return self._forced_logprob(list(self._tape.resident), int(token), "prefill")
+
+    def _append_scored(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> tuple[float, np.ndarray]:
+        """_append with a score per token after the first: in each n_batch chunk every token
+        is scored by its own request, then the chunk is evaluated again in one batch, so
+        the cache ends as _append leaves it."""
+        tokens = [int(t) for t in tokens]
+        scores = np.empty(len(tokens) - 1, dtype=np.float64)
         elapsed = 0.0
-        for off in range(0, len(todo), self._n_batch):
-            chunk = todo[off : off + self._n_batch]
-            c0 = time.perf_counter_ns()
-            for j, token in enumerate(chunk):
-                context = self._resident + chunk[:j]
-                if off + j >= skip and context:
-                    scores[off + j] = self._forced_logprob(context, token, "prefill")
-            self._rebuild(chunk, "prefill")
-            ms = ms_since(c0)
-            self._resident.extend(chunk)
+        for off in range(0, len(tokens), self._n_batch):
+            chunk = tokens[off : off + self._n_batch]
+            t0 = time.perf_counter_ns()
+            for j in range(1 if off == 0 else 0, len(chunk)):
+                scores[off + j - 1] = self._forced_logprob(self._tape.resident + chunk[:j], chunk[j], stage)
+            self._rebuild(chunk, stage)
+            ms = ms_since(t0)
+            self._tape.resident.extend(chunk)
             elapsed += ms
             if progress is not None:
-                progress(PrefillProgress("prefill", off + len(chunk), len(todo), len(chunk), ms))
-        self._logits_ok = True
-        self._count_prefill(len(todo), elapsed)
-        status = SuffixStatus(suffix_tokens=len(suffix), prefilled=len(todo), resident=len(self._resident),
-                              available=self._n_ctx - len(self._resident),
-                              prefill_ms=ms_since(t0) if todo else 0.0)
-        return ScoredSuffix(status, scores[skip:])
+                progress(PrefillProgress(stage, off + len(chunk), len(tokens), len(chunk), ms))
+        return elapsed, scores
 
     # ------------------------------------------------------------------ snapshots
 
@@ -443,18 +427,19 @@ class LlamaServerSession(TapeSession):
     def snapshot(self) -> SessionSnapshot:
         self._check_usable()
         slot = self._snapshot_slot()
-        if not self._resident:
+        if not self._tape.resident:
             return SessionSnapshot(self.identity, (), b"", None)
         data: bytes = self._call(slot.save, "snapshot", 0)
         read_slot_file(data)  # the server's own file: refused now rather than at a restore
-        return SessionSnapshot(self.identity, tuple(self._resident), data, None)
+        return SessionSnapshot(self.identity, tuple(self._tape.resident), data, None)
 
     def restore(self, snapshot: SessionSnapshot) -> None:
         self._check_restorable(snapshot)
         slot = self._snapshot_slot()
         if not snapshot.tokens:
             self._call(slot.erase, "restore", 0)
-            self._resident, self._pending, self._held = [], [], []
+            self._tape.reset()
+            self._held = []
             return
         # Checked before the server sees it: a restore it refuses empties the slot.
         saved = read_slot_file(snapshot.state).tokens
@@ -466,16 +451,14 @@ class LlamaServerSession(TapeSession):
             # The server empties the slot when it refuses a file: the tape goes back into
             # it, and the session is as it was.
             self._held = []
-            self._evaluate(self._resident, "restore", "the tape again, after a refused restore")
+            self._evaluate(self._tape.resident, "restore", "the tape again, after a refused restore")
             raise SlotFileError(f"{exc}; the session's tape was evaluated into the slot again") from None
         except ServerError as exc:
             raise self._poison(str(exc)) from None
         if restored != len(saved):
             raise self._poison(f"llama-server restored {restored} of the slot file's {len(saved)} tokens")
-        self._resident, self._pending, self._held = list(snapshot.tokens), [], list(saved)
+        self._tape.reset(snapshot.tokens)
+        self._held = list(saved)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _release(self) -> None:
         self._connection.close()

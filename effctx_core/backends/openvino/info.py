@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from effctx_core.backends.cache_session import session_identity
 from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.openvino.runtime import DEVICE
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, QUANTIZED_TYPES, kv_settings, options_of
-from effctx_core.backends.tape_session import session_identity
 from effctx_core.contract import Capabilities, Capability, ContextLimit, ModelInfo
 
 if TYPE_CHECKING:

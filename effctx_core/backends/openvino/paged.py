@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generator, Sequence
 
 import numpy as np
 import openvino as ov
 import openvino_genai as genai
 
+from effctx_core.backends.cache_session import CacheSession, check_trained_context
 from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.openvino.convert import ConvertedModel
 from effctx_core.backends.openvino.info import model_info
 from effctx_core.backends.openvino.runtime import DEVICE, first_line, plugin_config
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, OpenVINOOptions, options_of
-from effctx_core.backends.tape_session import TapeSession, check_trained_context
 from effctx_core.contract import (
-    ContextReport,
     DecodeConfig,
     PrefillProgress,
     ProgressSink,
@@ -71,7 +69,7 @@ def scheduler_config(profile: Profile, options: OpenVINOOptions) -> genai.Schedu
     return config
 
 
-class OpenVINOPagedSession(TapeSession):
+class OpenVINOPagedSession(CacheSession):
     def __init__(self, vocab: LoadedModel, ir: ConvertedModel, profile: Profile, backend_version: str):
         check_trained_context(profile.n_ctx, vocab.facts.context_length)
         super().__init__(vocab, profile.n_ctx)
@@ -137,24 +135,23 @@ class OpenVINOPagedSession(TapeSession):
             tpot_ms=float(metrics.get_tpot().mean),
         )
 
-    def explain(self) -> ContextReport:
-        return replace(super().explain(), runtime_counts=self._last_request)
+    def _runtime_counts(self) -> RuntimeCounts | None:
+        return self._last_request
 
     # ------------------------------------------------------------------ the cache
 
     def _append(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> float:
         total = len(tokens)
-        start = len(self._resident)
+        start = len(self._tape.resident)
         if not self._prefix_caching:
             # Nothing outlives a request: a prefill now would be computed again by the
             # next one. The tokens join the tape, and the request that decodes from them
             # computes them once (its time to first token carries the cost).
-            self._resident += [int(t) for t in tokens]
-            self._logits_ok = True
+            self._tape.resident += [int(t) for t in tokens]
             if progress is not None:
                 progress(PrefillProgress(stage, total, total, total, 0.0))
             return 0.0
-        whole = self._resident + [int(t) for t in tokens]
+        whole = self._tape.resident + [int(t) for t in tokens]
         handle = self._submit(whole, self._generation_config(1))
         elapsed, done = 0.0, 0
         try:
@@ -169,20 +166,16 @@ class OpenVINOPagedSession(TapeSession):
                     progress(PrefillProgress(stage, done, total, chunk, ms))
         except BaseException:
             self._finish(handle)
-            self._resident = whole[: start + done]
+            self._tape.resident = whole[: start + done]
             raise
         self._record(handle, len(whole), 1)  # the one token a prefill request generates
-        self._resident = whole
-        self._logits_ok = True
+        self._tape.resident = whole
         return elapsed
 
     def _truncate(self, keep: int) -> None:
         # Nothing to cut: the next request is the shorter tape, and the prefix cache
         # serves whatever blocks of it it still holds.
-        del self._resident[keep:]
-
-    def _refresh_logits(self) -> None:
-        self._logits_ok = True  # every request recomputes its last position
+        del self._tape.resident[keep:]
 
     # ------------------------------------------------------------------ decoding
 
@@ -190,13 +183,14 @@ class OpenVINOPagedSession(TapeSession):
         """Stream the pipeline's tokens as its scheduler steps produce them; closing the
         generator cancels the request, leaving the last token handed out pending."""
         self._check_usable()
-        if not self._resident and not self._pending:
+        tape = self._tape
+        if not tape.resident and not tape.pending:
             raise EffctxError("nothing to decode from: the session holds no tokens")
-        whole = self._resident + self._pending
-        room = self._n_ctx - len(whole)
-        n_emit = config.max_tokens if config.slide else min(config.max_tokens, max(room + len(self._pending), 1))
+        whole = tape.resident + tape.pending
+        room = tape.n_ctx - len(whole)
+        n_emit = config.max_tokens if config.slide else min(config.max_tokens, max(room + len(tape.pending), 1))
         handle = self._submit(whole, self._generation_config(n_emit, config))
-        self._resident, self._pending = list(whole), []
+        tape.reset(whole)
         text = self._vocabulary.text_decoder()
         index, received, step_ms = 0, 0, 0.0
         try:
@@ -210,24 +204,24 @@ class OpenVINOPagedSession(TapeSession):
                     for token in output.generated_ids:
                         received += 1
                         t0 = time.perf_counter_ns()
-                        if self._pending:
-                            self._settle_pending()
+                        if tape.pending:
+                            tape.settle_pending()
                         if self._vocabulary.is_eog(token):
-                            self._pending = []
+                            tape.pending = []
                             yield TokenChunk(token, text.flush(), index, step_ms + ms_since(t0), "eog")
                             return
-                        self._pending = [int(token)]
-                        resident = len(self._resident)
-                        stop = self._stop_reason(index, config)
+                        tape.pending = [int(token)]
+                        resident = len(tape.resident)
+                        stop = tape.stop_reason(index, config)
                         piece = text.feed(token) + (text.flush() if stop else "")
                         ms = step_ms + ms_since(t0)
-                        self._stats["decode_ms"] += ms
+                        tape.counters.count_decode_time(ms)
                         step_ms = 0.0
                         yield TokenChunk(int(token), piece, index, ms, stop)
                         index += 1
                         if stop:
-                            if resident < self._n_ctx:
-                                self._settle_pending()
+                            if resident < tape.n_ctx:
+                                tape.settle_pending()
                             return
         finally:
             self._finish(handle)

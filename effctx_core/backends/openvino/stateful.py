@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import openvino as ov
 
+from effctx_core.backends.cache_session import CacheSession, check_trained_context
+from effctx_core.backends.decode_loop import InProcessDecode, token_logprobs
 from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.gguf.sampling import Sampler
 from effctx_core.backends.openvino.convert import ConvertedModel
 from effctx_core.backends.openvino.info import model_info
 from effctx_core.backends.openvino.runtime import compiled_model, first_line, infer_inputs, plugin_config
 from effctx_core.backends.openvino.settings import options_of
-from effctx_core.backends.tape_session import TapeSession, check_trained_context, token_logprobs
 from effctx_core.contract import DecodeConfig, PrefillProgress, ProgressSink, SessionSnapshot
 from effctx_core.errors import EffctxError
 from effctx_core.units import ms_since
@@ -29,7 +30,7 @@ from effctx_core.units import ms_since
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
 
-class OpenVINOStatefulSession(TapeSession):
+class OpenVINOStatefulSession(InProcessDecode, CacheSession):
     def __init__(self, vocab: LoadedModel, ir: ConvertedModel, profile: Profile, backend_version: str):
         check_trained_context(profile.n_ctx, vocab.facts.context_length)
         super().__init__(vocab, profile.n_ctx)
@@ -38,6 +39,7 @@ class OpenVINOStatefulSession(TapeSession):
         self._compiled = compiled_model(ir.xml, plugin_config(profile, options_of(profile)))
         self._request = self._compiled.create_infer_request()
         self._logits: np.ndarray | None = None
+        self._logits_ok = False
         self._info = model_info(vocab, profile, backend_version, f"converted IR {ir.path} ({ir.manifest['weights']})")
         self.identity = self._info.identity
 
@@ -56,14 +58,14 @@ class OpenVINOStatefulSession(TapeSession):
         elapsed = 0.0
         for off in range(0, total, self._n_batch):
             chunk = arr[off : off + self._n_batch]
-            past = len(self._resident)
+            past = len(self._tape.resident)
             t0 = time.perf_counter_ns()
             try:
                 self._request.infer(infer_inputs(chunk, past))
             except RuntimeError as exc:
                 raise self._poison(f"OpenVINO failed at position {past}: {first_line(exc)}") from None
             ms = ms_since(t0)
-            self._resident.extend(int(t) for t in chunk)
+            self._tape.resident.extend(int(t) for t in chunk)
             # Copied: the output tensor is overwritten by the next request.
             self._logits = np.array(self._request.get_tensor("logits").data[0, -1], dtype=np.float32)
             self._logits_ok = True
@@ -91,12 +93,12 @@ class OpenVINOStatefulSession(TapeSession):
             rows = np.empty((len(chunk), vocab), dtype=np.float32)
             t0 = time.perf_counter_ns()
             for j in range(len(chunk)):
-                past = len(self._resident)
+                past = len(self._tape.resident)
                 try:
                     self._request.infer(infer_inputs(chunk[j : j + 1], past))
                 except RuntimeError as exc:
                     raise self._poison(f"OpenVINO failed at position {past}: {first_line(exc)}") from None
-                self._resident.append(int(chunk[j]))
+                self._tape.resident.append(int(chunk[j]))
                 rows[j] = self._request.get_tensor("logits").data[0, -1]
             # Row j predicts the token after chunk[j]; the last row of the whole append
             # predicts one not given yet and stays as the next-token logits.
@@ -114,20 +116,20 @@ class OpenVINOStatefulSession(TapeSession):
         return self._logits
 
     def _truncate(self, keep: int) -> None:
-        if keep >= len(self._resident):
+        if keep >= len(self._tape.resident):
             return
         if keep == 0:
             self._request.reset_state()
         else:
             # every state tensor is [batch, kv heads, tokens, head dim]
             self._set_states([s.state.data[:, :, :keep] for s in self._states()])
-        del self._resident[keep:]
+        del self._tape.resident[keep:]
         self._logits_ok = False
         self._logits = None
 
     def _refresh_logits(self) -> None:
-        last = self._resident[-1]
-        self._truncate(len(self._resident) - 1)
+        last = self._tape.resident[-1]
+        self._truncate(len(self._tape.resident) - 1)
         self._eval([last], "refresh", None)
 
     # ------------------------------------------------------------------ sampling
@@ -144,7 +146,7 @@ class OpenVINOStatefulSession(TapeSession):
     def snapshot(self) -> SessionSnapshot:
         self._check_usable()
         buffer = io.BytesIO()
-        if self._resident:
+        if self._tape.resident:
             # The states are f32 whatever the cache holds; an f16 cache is stored as f16,
             # which gives back the same values at half the size.
             lossless_f16 = self._profile.kv_cache_type_k == self._profile.kv_cache_type_v == "f16"
@@ -152,7 +154,7 @@ class OpenVINOStatefulSession(TapeSession):
                       for s in self._states()}
             np.savez(buffer, **arrays)  # type: ignore[arg-type]
         logits = self._logits.tobytes() if self._logits_ok and self._logits is not None else None
-        return SessionSnapshot(self.identity, tuple(self._resident), buffer.getvalue(), logits)
+        return SessionSnapshot(self.identity, tuple(self._tape.resident), buffer.getvalue(), logits)
 
     def _read_state(self, snapshot: SessionSnapshot) -> list[np.ndarray]:
         """The snapshot's tensors in the request's state order, checked against it before
@@ -176,12 +178,12 @@ class OpenVINOStatefulSession(TapeSession):
         self._check_restorable(snapshot)
         arrays = self._read_state(snapshot) if snapshot.tokens else []
         self._request.reset_state()
-        self._resident, self._pending = [], []
+        self._tape.reset()
         self._logits_ok, self._logits = False, None
         if not snapshot.tokens:
             return
         self._set_states(arrays)
-        self._resident = list(snapshot.tokens)
+        self._tape.reset(snapshot.tokens)
         if snapshot.logits is not None and len(snapshot.logits) == 4 * self._info.facts.vocab_size:
             self._logits = np.frombuffer(snapshot.logits, dtype=np.float32).copy()
             self._logits_ok = True
