@@ -9,19 +9,18 @@ from textual import work
 
 from effctx_core.bench.cell import CellBenchPlan
 from effctx_core.cancel import CancelToken
-from effctx_core.engine import PrefillCancelled, SessionEngine
+from effctx_core.engine import ConsoleEngine, PrefillCancelled, SessionEngine
 from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.events.reader import Trace
-from effctx_core.events.replay import ReplayEngine
 from effctx_core.events.trace import Event, ModelProgress
 from effctx_core.models import resolve_model
 from effctx_core.profiles import DEFAULT_PROFILE, Profile
 from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree_file import session_path
 from effctx_tui.console import ConsoleApp
-from effctx_tui.messages import EngineEvent, EngineFailed, EngineReady
+from effctx_tui.messages import EngineEvent, EngineFailed, EngineLoading, EngineReady
 from effctx_tui.replay_player import ReplayPlayer
-from effctx_tui.screens.session import SessionScreen
+from effctx_tui.screens.session import ConsoleHost, SessionScreen
 
 # The default of `checkpoints`: a store in the user cache dir. None is a choice of its
 # own (nodes keep no state, so every restore recomputes), hence a named default.
@@ -67,12 +66,12 @@ class EffctxApp(ConsoleApp):
         # closed and reopened where it was (`effctx --session NAME`).
         self.session_name = session_name
         self.warnings = list(warnings or [])  # said by main on stderr too, hidden once the console draws
-        self.engine: SessionEngine | ReplayEngine | None = None
+        self.engine: ConsoleEngine | None = None
         self._loading: CancelToken | None = None  # set while the model is prepared and opened
         self.bench_plan = CellBenchPlan()  # what the benchmark screen runs
-        self.session_screen = SessionScreen(max_tokens)
         # A recorded trace to play instead of a model (`effctx --replay FILE`).
-        self.player = ReplayPlayer(self, replay, replay_speed, not replay_paused) if replay is not None else None
+        self.player = ReplayPlayer(replay, replay_speed, not replay_paused) if replay is not None else None
+        self.session_screen = SessionScreen(max_tokens, self.player)
 
     def on_mount(self) -> None:
         self.push_screen(self.session_screen)
@@ -80,12 +79,15 @@ class EffctxApp(ConsoleApp):
             self.notify(warning, severity="warning", timeout=15)
         if self.player is not None:
             self.engine = self.player.engine  # the session screen starts the player once mounted
+            self.engine.subscribe(self._forward)
         else:
             self.open_engine()
 
     def _forward(self, event: Event) -> None:
         # Called on the worker thread; post_message is thread-safe and does not wait,
-        # so the decode loop never blocks on the UI.
+        # so the decode loop never blocks on the UI. The app subscribes the session screen
+        # itself: the engine's first events (its opening, a prefix load) come before the
+        # screen could know of the engine.
         self.session_screen.post_message(EngineEvent(event))
 
     @property
@@ -95,6 +97,7 @@ class EffctxApp(ConsoleApp):
     def open_engine(self) -> None:
         """Prepare the model and open the engine in a worker; `cancel_loading` stops it."""
         self._loading = CancelToken()
+        self.session_screen.post_message(EngineLoading())
         self._open_engine(self._loading)
 
     def cancel_loading(self) -> None:
@@ -159,7 +162,7 @@ class EffctxApp(ConsoleApp):
 
     @work(thread=True, group="save", exclusive=True, exit_on_error=False)
     def save_session(self) -> None:
-        if self.engine is None or not self.session_name or self.player is not None:
+        if self.engine is None or not self.session_name or not self.engine.can_run:
             return
         try:
             self.engine.save_session(self.session_name)
@@ -170,3 +173,6 @@ class EffctxApp(ConsoleApp):
         if self.engine is not None:
             self.engine.cancel()
             self.engine.close()
+
+
+_HOST: type[ConsoleHost] = EffctxApp  # mypy checks here that the session screen's app is one

@@ -3,16 +3,10 @@ recorded times (scaled by the speed), or one at a time."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from textual.timer import Timer
+from textual.message_pump import MessagePump
 
 from effctx_core.events.reader import Trace
 from effctx_core.events.replay import ReplayEngine
-from effctx_tui.messages import EngineEvent
-
-if TYPE_CHECKING:
-    from effctx_tui.app import EffctxApp
 
 TICK_SECONDS = 0.02
 # Waiting for a person to type is not worth watching: a longer gap plays as this one.
@@ -21,18 +15,20 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
 
 
 class ReplayPlayer:
-    def __init__(self, app: EffctxApp, trace: Trace, speed: float = 1.0, playing: bool = True):
-        self.app = app
+    """Applies the events to its ReplayEngine, which hands each to the engine's subscribers
+    as a live engine does."""
+
+    def __init__(self, trace: Trace, speed: float = 1.0, playing: bool = True):
         self.events = trace.events
         self.engine = ReplayEngine(trace)
         self.index = 0
         self.clock_ms = self.events[0].t_ms if self.events else 0.0
         self.speed = speed
         self.playing = playing
-        self._timer: Timer | None = None
 
-    def start(self) -> None:
-        self._timer = self.app.set_interval(TICK_SECONDS, self._tick)
+    def start(self, clock: MessagePump) -> None:
+        """Play on `clock`'s timer, so events arrive on the app thread."""
+        clock.set_interval(TICK_SECONDS, self._tick)
 
     @property
     def done(self) -> bool:
@@ -51,7 +47,6 @@ class ReplayPlayer:
         event = self.events[self.index]
         self.index += 1
         self.engine.apply(event)
-        self.app.session_screen.post_message(EngineEvent(event))
 
     def toggle(self) -> None:
         self.playing = not self.playing

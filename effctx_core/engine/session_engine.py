@@ -13,15 +13,16 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
+from effctx_core.backends.registry import get_backend
 from effctx_core.contract import ContextReport, DecodeConfig, ModelInfo, Session, SessionSnapshot
 from effctx_core.engine.cancel_gate import CancelGate
 from effctx_core.engine.cell import RunningCell
 from effctx_core.engine.checkpoints import Checkpointer
-from effctx_core.engine.events import EventBus, Subscriber
+from effctx_core.engine.events import EventBus
 from effctx_core.engine.prefill import make_room, prefill
 from effctx_core.engine.prefix_loader import PrefixLoader
 from effctx_core.engine.records import NodeRestore, PrefillCancelled, PrefixLoad, ScoreResult, SwapResult
@@ -29,6 +30,7 @@ from effctx_core.engine.state import EngineState
 from effctx_core.engine.swap import swap
 from effctx_core.engine.turns import TurnRunner
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
+from effctx_core.events.subscribers import Subscriber, Unsubscribe
 from effctx_core.events.trace import (
     ErrorRaised,
     ResidencyAction,
@@ -37,6 +39,7 @@ from effctx_core.events.trace import (
     SnapshotTaken,
     TurnResult,
 )
+from effctx_core.models import ProgressFn
 from effctx_core.profiles import DEFAULT_PROFILE, Profile
 from effctx_core.residency import BlockClass, ResidencyReport, Segment
 from effctx_core.residency.policies import keeps_budget
@@ -48,6 +51,8 @@ from effctx_core.units import ms_since
 
 
 class SessionEngine:
+    can_run = True
+
     def __init__(
         self,
         model_path: str | Path,
@@ -66,7 +71,7 @@ class SessionEngine:
 
     # ------------------------------------------------------------------ events
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+    def subscribe(self, subscriber: Subscriber) -> Unsubscribe:
         """Call `subscriber` with every event from now on; returns the call that stops it."""
         return self._state.bus.subscribe(subscriber)
 
@@ -113,6 +118,18 @@ class SessionEngine:
         return self.session.info
 
     @property
+    def model_name(self) -> str:
+        return self.info.facts.name
+
+    @property
+    def backend(self) -> str:
+        return self.info.backend
+
+    @property
+    def n_ctx(self) -> int:
+        return self.info.n_ctx
+
+    @property
     def tape(self) -> tuple[int, ...]:
         return tuple(self._state.tape)
 
@@ -127,6 +144,10 @@ class SessionEngine:
     @property
     def residency(self) -> ResidencyTracker:
         return self._state.tracker
+
+    @property
+    def policy(self) -> str:
+        return self.residency.policy
 
     def residency_report(self) -> ResidencyReport:
         return self.residency.report()
@@ -289,6 +310,11 @@ class SessionEngine:
     def load_prefix(self, text: str, kind: Segment = Segment.DOCUMENT) -> PrefixLoad:
         with self._lock:
             return self._prefix.load(text, kind)
+
+    def prepare(self, profile: Profile, progress: ProgressFn) -> None:
+        """Make the model ready for `profile`'s backend (an OpenVINO conversion, once), so
+        that a swap to it only opens it. No lock: the running cell is not involved."""
+        get_backend(profile.backend).prepare(self.model_path, profile, progress)
 
     def swap(self, profile: Profile) -> SwapResult:
         """Move the running conversation to another cell (profile, backend); a cancelled

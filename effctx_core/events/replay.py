@@ -8,9 +8,12 @@ can be looked at, not continued: every command that would run the model is refus
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn, Sequence
 
+from effctx_core.contract import DecodeConfig
 from effctx_core.errors import EffctxError
 from effctx_core.events.reader import Trace
+from effctx_core.events.subscribers import Subscriber, Subscribers, Unsubscribe
 from effctx_core.events.trace import (
     CellSwapped,
     Event,
@@ -25,6 +28,7 @@ from effctx_core.events.trace import (
     TurnFinished,
     TurnStarted,
 )
+from effctx_core.models import ProgressFn
 from effctx_core.profiles import Profile
 from effctx_core.residency import BlockClass, Reason, ResidencyReport, Segment
 from effctx_core.residency.config import ResidencyConfig
@@ -45,7 +49,13 @@ class ReplayError(EffctxError):
     pass
 
 
+def _refuse() -> NoReturn:
+    raise ReplayError("this is a replay of a recorded trace: it can be watched, not continued")
+
+
 class ReplayEngine:
+    can_run = False
+
     def __init__(self, trace: Trace):
         opened = trace.events[0]
         if not isinstance(opened, SessionOpened):  # read_trace refuses such a trace
@@ -71,6 +81,7 @@ class ReplayEngine:
         self._reply = ""
         self._identity = opened.identity
         self._started = opened.started
+        self._subscribers = Subscribers()
 
     # ------------------------------------------------------------------ what the UI reads
 
@@ -81,8 +92,12 @@ class ReplayEngine:
     def residency_report(self) -> ResidencyReport:
         return self.residency.report()
 
-    def detokenize(self, tokens) -> str:
+    def detokenize(self, tokens: Sequence[int]) -> str:
         return "".join(self._pieces.get(int(t), "") for t in tokens)
+
+    def subscribe(self, subscriber: Subscriber) -> Unsubscribe:
+        """Call `subscriber` with every event applied from now on (on the player's thread)."""
+        return self._subscribers.subscribe(subscriber)
 
     def cancel(self) -> None:
         pass
@@ -92,15 +107,44 @@ class ReplayEngine:
 
     # ------------------------------------------------------------------ what it refuses
 
-    def _read_only(self, *args, **kwargs):
-        raise ReplayError("this is a replay of a recorded trace: it can be watched, not continued")
+    def chat(self, user_text: str, config: DecodeConfig = DecodeConfig()) -> NoReturn:
+        _refuse()
 
-    chat = complete = restore_node = swap = reset = save_session = mark = _read_only
+    def complete(self, prompt: str, config: DecodeConfig = DecodeConfig()) -> NoReturn:
+        _refuse()
+
+    def reset(self) -> NoReturn:
+        _refuse()
+
+    def restore_node(self, node_id: str) -> NoReturn:
+        _refuse()
+
+    def mark(self, label: str = "") -> NoReturn:
+        _refuse()
+
+    def save_session(self, name: str) -> NoReturn:
+        _refuse()
+
+    def swap(self, profile: Profile) -> NoReturn:
+        _refuse()
+
+    def prepare(self, profile: Profile, progress: ProgressFn) -> NoReturn:
+        _refuse()
+
+    def set_budget(self, tokens: int) -> NoReturn:
+        _refuse()
+
+    def recompute_cold(self) -> NoReturn:
+        _refuse()
 
     # ------------------------------------------------------------------ playing
 
     def apply(self, event: Event) -> None:
-        """Move the rebuilt state to just after `event`."""
+        """Move the rebuilt state to just after `event`, then hand it to the subscribers."""
+        self._rebuild(event)
+        self._subscribers.deliver(event)
+
+    def _rebuild(self, event: Event) -> None:
         if isinstance(event, TurnStarted):
             self._turn = event.turn
             self._input = event.input_text

@@ -18,8 +18,11 @@ from effctx_core.backends.registry import spec
 from effctx_core.cells import Cell
 from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, Matrix, MatrixRow
 from effctx_core.certify.verdict import Verdict, verdicts
-from effctx_core.engine import SwapResult
+from effctx_core.engine import EventSource, SwapResult
 from effctx_core.errors import Cancelled, EffctxError
+from effctx_core.events.subscribers import Unsubscribe
+from effctx_core.events.trace import PrefillChunk
+from effctx_tui.messages import EngineEvent, post_events
 
 COLUMNS = ("backend", "profile", "n_ctx", "K/V", "FA", "swa_full", "policy", "shift", "exact replay",
            "certification", "verdict")
@@ -51,7 +54,7 @@ def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None) -> li
 
 class CellsScreen(Screen):
     """Lists cells (loaded by `load`, in a worker); Enter swaps to the selected one with
-    `swap`, Esc during a swap's recompute calls `cancel`."""
+    `swap`, Esc during a swap's recompute calls `cancel`; `events` show the recompute's progress."""
 
     BINDINGS = [
         Binding("enter", "swap", "Swap to cell"),
@@ -82,10 +85,13 @@ class CellsScreen(Screen):
     def __init__(self, load: Callable[[], Matrix], swap: Callable[[Cell], SwapResult] | None,
                  current: Callable[[], str | None], is_busy: Callable[[], bool] = lambda: False,
                  cancel: Callable[[], None] = lambda: None,
-                 prepare: Callable[[Cell, Callable[[str, int, int], None]], None] | None = None) -> None:
+                 prepare: Callable[[Cell, Callable[[str, int, int], None]], None] | None = None,
+                 events: EventSource | None = None) -> None:
         super().__init__()
         self._load, self._swap, self._current, self._is_busy, self._cancel = load, swap, current, is_busy, cancel
         self._prepare = prepare
+        self._events = events
+        self._unfollow: Unsubscribe = lambda: None
         # The cell whose preparation (a conversion) the user was told the cost of: a
         # second Enter on it goes ahead.
         self._asked: str | None = None
@@ -107,6 +113,14 @@ class CellsScreen(Screen):
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*COLUMNS)
         self._describe()
+        self._unfollow = post_events(self, self._events)
+
+    def on_unmount(self) -> None:
+        self._unfollow()
+
+    def on_engine_event(self, message: EngineEvent) -> None:
+        if isinstance(message.event, PrefillChunk):
+            self._swap_progress(message.event.done, message.event.total)
 
     @work(thread=True, exit_on_error=False)
     def _describe(self) -> None:
@@ -200,8 +214,8 @@ class CellsScreen(Screen):
         else:
             self.app.pop_screen()
 
-    def swap_progress(self, done: int, total: int) -> None:
-        """A chunk of the running swap's recompute (the session screen forwards them)."""
+    def _swap_progress(self, done: int, total: int) -> None:
+        """A chunk of the running swap's recompute."""
         if self.swapping:
             bar = self.query_one("#swap-progress", ProgressBar)
             bar.add_class("-running")

@@ -1,8 +1,8 @@
 """The residency screen: the whole tape by class, one block inspected, the evicted ranges.
 
-Live updates arrive through `update_table`, often (every prefill chunk, every decoded
-token), so it does no per-block Python work and rebuilds the evicted list only when the
-ranges changed.
+Live updates come from the engine's events (every prefill chunk, every 16th decoded
+token) or through `update_table`, often, so it does no per-block Python work and rebuilds
+the evicted list only when the ranges changed.
 """
 
 from __future__ import annotations
@@ -21,9 +21,21 @@ from textual.theme import Theme
 from textual.widgets import Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
+from effctx_core.engine import ConsoleEngine
 from effctx_core.errors import EffctxError
+from effctx_core.events.subscribers import Unsubscribe
+from effctx_core.events.trace import (
+    CellSwapped,
+    Event,
+    NodeRestored,
+    PrefillChunk,
+    ResidencyChanged,
+    TokenDecoded,
+    TurnFinished,
+)
 from effctx_core.residency.blocks import BlockClass, BlockTable
 from effctx_core.residency.report import MODELED, ResidencyReport
+from effctx_tui.messages import EngineEvent, post_events
 from effctx_tui.widgets.block_inspector import BlockInspector, token_span
 from effctx_tui.widgets.residency_tape import Zoom
 from effctx_tui.widgets.residency_view import ResidencyView
@@ -55,6 +67,14 @@ def range_label(start: int, end: int) -> str:
     return f"{token_span(start, end)} ({end - start:,} tokens)"
 
 
+def changes_residency(event: Event) -> bool:
+    """Whether a view of the residency is redrawn after `event`: after every decoded token
+    would cost more than it shows, so after every 16th."""
+    return isinstance(event, (PrefillChunk, ResidencyChanged, TurnFinished, NodeRestored, CellSwapped)) or (
+        isinstance(event, TokenDecoded) and event.index % 16 == 0
+    )
+
+
 @dataclass(frozen=True)
 class BudgetSteering:
     """What the screen may do to a live engine whose policy keeps to a budget. The calls
@@ -62,7 +82,6 @@ class BudgetSteering:
 
     set_budget: Callable[[int], None]
     recompute_cold: Callable[[], int]
-    refresh: Callable[[], None]  # show the engine's residency now
     is_busy: Callable[[], bool]
     n_ctx: int
     step: int  # tokens per key press, a whole number of blocks
@@ -114,8 +133,12 @@ class ResidencyScreen(Screen):
         budget: int | None = None,
         zoom: Zoom = Zoom.BLOCK,
         steering: BudgetSteering | None = None,
+        engine: ConsoleEngine | None = None,
     ) -> None:
+        """`engine`: one whose residency the screen follows, by its events, while it is open."""
         super().__init__()
+        self._engine = engine
+        self._unfollow: Unsubscribe = lambda: None
         self._steering = steering
         self._asked_budget: int | None = None
         self._steering_thread: ThreadPoolExecutor | None = None
@@ -125,6 +148,12 @@ class ResidencyScreen(Screen):
         self._shown_ranges: tuple[tuple[int, int], ...] | None = None
         self.title = "Residency"
         self.sub_title = f"policy {policy}"
+
+    @classmethod
+    def of_engine(cls, engine: ConsoleEngine, steering: BudgetSteering | None) -> ResidencyScreen:
+        tracker = engine.residency
+        return cls(tracker.table(), engine.policy, source=tracker.source, budget=tracker.budget, steering=steering,
+                   engine=engine)
 
     @property
     def report(self) -> ResidencyReport:
@@ -151,6 +180,15 @@ class ResidencyScreen(Screen):
         self.app.theme_changed_signal.subscribe(self, self._restyle_legend)
         self._show(self._table, self._report)
         view.focus()
+        self._unfollow = post_events(self, self._engine)
+
+    def on_engine_event(self, message: EngineEvent) -> None:
+        if changes_residency(message.event):
+            self._show_engine()
+
+    def _show_engine(self) -> None:
+        if self._engine is not None:
+            self.update_table(self._engine.residency.table(), self._engine.residency_report())
 
     def update_table(self, table: BlockTable, report: ResidencyReport) -> None:
         """A live update: the new table and what the executor (or the model) says of it."""
@@ -266,9 +304,11 @@ class ResidencyScreen(Screen):
             self._asked_budget = None
             self.notify(str(exc), severity="error")  # notify is thread-safe
             return
-        self.app.call_from_thread(self._steered.refresh)
+        # A larger budget plans nothing, so no event says the budget changed.
+        self.app.call_from_thread(self._show_engine)
         self.notify(done)
 
     def on_unmount(self) -> None:
+        self._unfollow()
         if self._steering_thread is not None:
             self._steering_thread.shutdown(wait=False)

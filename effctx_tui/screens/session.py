@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -12,10 +12,10 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar
 
-from effctx_core.backends.registry import get_backend
+from effctx_core.bench.cell import CellBenchPlan
 from effctx_core.certify.matrix import cell_matrix
 from effctx_core.contract import DecodeConfig
-from effctx_core.engine import NodeRestore, TurnResult
+from effctx_core.engine import ConsoleEngine, NodeRestore, TurnResult
 from effctx_core.errors import EffctxError
 from effctx_core.events.trace import (
     CellSwapped,
@@ -25,19 +25,18 @@ from effctx_core.events.trace import (
     NodeRestored,
     PrefillChunk,
     PrefixCacheLookup,
-    ResidencyChanged,
     SessionOpened,
     TokenDecoded,
     TurnFinished,
     TurnStarted,
 )
-from effctx_core.residency import OBSERVED
 from effctx_core.residency.policies import keeps_budget
 from effctx_core.snapshots.tree import SnapshotTree
-from effctx_tui.messages import EngineEvent, EngineFailed, EngineReady, TurnDone
+from effctx_tui.messages import EngineEvent, EngineFailed, EngineLoading, EngineReady, TurnDone
+from effctx_tui.replay_controls import ReplayControls
 from effctx_tui.screens.benchmark import BenchmarkScreen
 from effctx_tui.screens.cells import CellsScreen
-from effctx_tui.screens.residency import BudgetSteering, ResidencyScreen
+from effctx_tui.screens.residency import BudgetSteering, ResidencyScreen, changes_residency
 from effctx_tui.screens.snapshots import BRANCH, SnapshotsScreen
 from effctx_tui.screens.timings import TimingsScreen, engine_timeline
 from effctx_tui.widgets.residency_strip import ResidencyStrip
@@ -47,10 +46,7 @@ from effctx_tui.widgets.transcript import Transcript
 
 if TYPE_CHECKING:
     from effctx_core.cells import Cell
-    from effctx_core.engine import SessionEngine
-    from effctx_core.events.replay import ReplayEngine
     from effctx_core.profiles import Profile
-    from effctx_tui.app import EffctxApp
     from effctx_tui.replay_player import ReplayPlayer
 
 # Prefills shorter than this finish before a progress bar would be readable.
@@ -89,6 +85,21 @@ def _profile_of(cell: Cell) -> Profile:
     return cell.profile_record
 
 
+class ConsoleHost(Protocol):
+    """What the session screen needs of its app, EffctxApp (which imports this screen, so
+    the screen names the app's side instead of importing the app)."""
+
+    engine: ConsoleEngine | None
+    prefix_name: str
+    bench_plan: CellBenchPlan
+
+    def open_engine(self) -> None: ...
+
+    def cancel_loading(self) -> None: ...
+
+    def save_session(self) -> object: ...  # a Worker: saving runs in the background
+
+
 # What the transcript says after a reply that did not end by itself (None: nothing).
 _STOP_NOTES: dict[str, str | None] = {"stop": None, "eog": None, "n_ctx": "context full", "max_tokens": "max tokens"}
 
@@ -105,46 +116,42 @@ class SessionScreen(Screen):
         Binding("ctrl+b", "bench", "Benchmark"),
         Binding("ctrl+q", "app.quit", "Quit"),
         # Replay only (see check_action): the prompt is disabled then, so these reach us.
-        Binding("space", "replay_toggle", "Play/pause (replay)"),
-        Binding("n", "replay_step", "Step (replay)"),
-        Binding("plus,equals_sign", "replay_speed(1)", "Faster (replay)", key_display="+"),
-        Binding("minus", "replay_speed(-1)", "Slower (replay)", key_display="-"),
+        *ReplayControls.BINDINGS,
     ]
 
-    def __init__(self, max_tokens: int) -> None:
+    def __init__(self, max_tokens: int, player: ReplayPlayer | None = None) -> None:
+        """`player`: a recorded trace the console plays instead of running a model."""
         super().__init__()
         self.max_tokens = max_tokens
         self.busy = False
         self.ready = False
+        self.loading = False  # from EngineLoading to EngineReady or EngineFailed
         self.turns_done = 0
         self.last_result: TurnResult | None = None
-        self._residency_screen: ResidencyScreen | None = None
-        self._player: ReplayPlayer | None = None  # a ReplayPlayer when the console plays a recorded trace
+        self._replay = ReplayControls(player, self) if player is not None else None
         # Fed with every event from the start, so the timings screen has the history.
         self.timeline = engine_timeline(lambda: self.effctx_app.engine)
-        self._snapshots_screen: SnapshotsScreen | None = None
-        self._cells_screen: CellsScreen | None = None
         self.restores: dict[str, NodeRestore] = {}  # node id -> its last restore, for the snapshots screen
         self._n_ctx = 0
         self._resident = 0
 
     @property
-    def effctx_app(self) -> EffctxApp:
+    def effctx_app(self) -> ConsoleHost:
         """The app, typed: this screen runs in an EffctxApp."""
-        return cast("EffctxApp", self.app)
+        return cast("ConsoleHost", self.app)
 
     @property
-    def _engine(self) -> SessionEngine | ReplayEngine:
+    def _engine(self) -> ConsoleEngine:
         """The app's engine, where the caller's state says it is open (ready, busy, or an event from it)."""
         engine = self.effctx_app.engine
         assert engine is not None
         return engine
 
     @property
-    def _replaying(self) -> ReplayPlayer:
-        """The player, for what runs only in a replay (check_action enables replay keys only then)."""
-        assert self._player is not None
-        return self._player
+    def _replaying(self) -> ReplayControls:
+        """The replay's controls, for its keys (check_action enables them only in a replay)."""
+        assert self._replay is not None
+        return self._replay
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -158,10 +165,9 @@ class SessionScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        if getattr(self.app, "player", None) is not None:
-            self.start_replay(self.effctx_app.player)
+        if self._replay is not None:
+            self._start_replay(self._replay)
             return
-        self._show_loading()
         self.query_one(Input).focus()
 
     def _show_loading(self) -> None:
@@ -181,50 +187,43 @@ class SessionScreen(Screen):
     def _hide_progress(self) -> None:
         self.query_one("#progress-row").display = False
 
-    # ------------------------------------------------------------------ engine messages
-
     # ------------------------------------------------------------------ replay
 
-    def start_replay(self, player) -> None:
-        self._player = player
-        engine = player.engine
-        self._n_ctx = engine.n_ctx
+    def _start_replay(self, controls: ReplayControls) -> None:
+        self._n_ctx = controls.player.engine.n_ctx
         self._hide_progress()
         prompt = self.query_one(Input)
         prompt.placeholder = "a recorded session: space plays/pauses, n steps, + and - change the speed"
         prompt.disabled = True
         self.query_one(StatusLine).show_ready(0, self._n_ctx)
-        self._replay_title()
-        self.set_interval(0.25, self._replay_title)
-        player.start()
-
-    def _replay_title(self) -> None:
-        engine = self._replaying.engine
-        self.sub_title = f"{self._replaying.describe()} · {engine.model_name} · {engine.backend} · n_ctx {engine.n_ctx}"
+        controls.start()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action.startswith("replay_"):
-            return self._player is not None
+        if self._replay is not None:
+            return self._replay.allows(action)
         if action == "load_model":  # after a failed or cancelled preparation
-            return self._player is None and not self.ready and not getattr(self.app, "loading", False)
-        if self._player is not None and action in ("cells", "new_conversation", "bench"):
-            return None  # a replay cannot be continued: these are shown disabled
-        return True
+            return not self.ready and not self.loading
+        return not ReplayControls.owns(action)
 
     def action_replay_toggle(self) -> None:
         self._replaying.toggle()
-        self._replay_title()
 
     def action_replay_step(self) -> None:
         self._replaying.step()
-        self._replay_title()
 
     def action_replay_speed(self, direction: int) -> None:
-        self._replaying.faster(direction)
-        self._replay_title()
+        self._replaying.speed(direction)
+
+    # ------------------------------------------------------------------ engine messages
+
+    def on_engine_loading(self, message: EngineLoading) -> None:
+        self.loading = True
+        self.refresh_bindings()
+        self._show_loading()
 
     def on_engine_ready(self, message: EngineReady) -> None:
         self.ready = True
+        self.loading = False
         self.refresh_bindings()
         self._n_ctx = message.info.n_ctx
         self._hide_progress()
@@ -235,6 +234,7 @@ class SessionScreen(Screen):
         self.query_one(StatusLine).show_ready(self._resident, self._n_ctx)
 
     def on_engine_failed(self, message: EngineFailed) -> None:
+        self.loading = False
         self._hide_progress()
         self.refresh_bindings()
         if not self.ready:
@@ -247,43 +247,32 @@ class SessionScreen(Screen):
 
     def action_load_model(self) -> None:
         if self.check_action("load_model", ()):
-            self._show_loading()
+            self.loading = True  # now: a second Ctrl+L before EngineLoading arrives opens nothing
             self.effctx_app.open_engine()
             self.refresh_bindings()
 
-    def _refresh_residency(self) -> None:
-        """Show the engine's current residency in the strip and, if open, the residency screen."""
+    def _refresh_strip(self) -> None:
         engine = self.effctx_app.engine
-        if engine is None:
-            return
-        table = engine.residency.table()
-        self.query_one(ResidencyStrip).set_table(table)
-        if self._residency_screen is not None and self._residency_screen.is_attached:
-            self._residency_screen.update_table(table, engine.residency_report())
+        if engine is not None:  # None while it opens: a prefix load's chunks come before the engine
+            self.query_one(ResidencyStrip).set_table(engine.residency.table())
 
-    def _viewable_engine(self):
+    def _viewable_engine(self) -> ConsoleEngine | None:
         """The engine when there is something to look at: a live one that is ready, or a replay."""
         engine = self.effctx_app.engine
-        return engine if engine is not None and (self.ready or self._player is not None) else None
+        return engine if engine is not None and (self.ready or not engine.can_run) else None
 
     def action_residency(self) -> None:
         engine = self._viewable_engine()
         if engine is None:
             return
-        tracker = engine.residency
-        # A replay's tracker only holds the recorded classes; the policy is the recorded one.
-        policy = getattr(engine, "policy", tracker.policy)
-        source = getattr(tracker, "source", OBSERVED)  # a replay's tracker holds what was observed
-        self._residency_screen = ResidencyScreen(tracker.table(), policy, source=source, budget=tracker.budget,
-                                                 steering=self._budget_steering(engine, policy))
-        self.app.push_screen(self._residency_screen)
+        self.app.push_screen(ResidencyScreen.of_engine(engine, self._budget_steering(engine)))
 
-    def _budget_steering(self, engine, policy: str) -> BudgetSteering | None:
-        if self._player is not None or not keeps_budget(policy):
+    def _budget_steering(self, engine: ConsoleEngine) -> BudgetSteering | None:
+        if not engine.can_run or not keeps_budget(engine.policy):
             return None
-        n_ctx, block = engine.info.n_ctx, engine.profile.residency.block_size
+        n_ctx, block = engine.n_ctx, engine.profile.residency.block_size
         return BudgetSteering(
-            set_budget=engine.set_budget, recompute_cold=engine.recompute_cold, refresh=self._refresh_residency,
+            set_budget=engine.set_budget, recompute_cold=engine.recompute_cold,
             is_busy=lambda: self.busy, n_ctx=n_ctx, step=max(block, n_ctx // 8 // block * block),
         )
 
@@ -291,26 +280,25 @@ class SessionScreen(Screen):
         engine = self._viewable_engine()
         if engine is None:
             return
-        self._snapshots_screen = SnapshotsScreen(
+        screen = SnapshotsScreen(
             engine.tree, detokenize=engine.detokenize, restore=engine.restore_node,
-            restores=self.restores, is_busy=lambda: self.busy,
+            restores=self.restores, is_busy=lambda: self.busy, events=engine,
         )
-        self.app.push_screen(self._snapshots_screen, self._snapshots_closed)
+        self.app.push_screen(screen, self._snapshots_closed)
 
     def action_cells(self) -> None:
         engine = self.effctx_app.engine
         if not self.ready or engine is None:
             return
-        self._cells_screen = CellsScreen(
+        self.app.push_screen(CellsScreen(
             load=lambda: cell_matrix(engine.model_path, engine.model_path.name),
             swap=lambda cell: engine.swap(_profile_of(cell)),
             current=lambda: engine.profile.name,
             is_busy=lambda: self.busy,
             cancel=engine.cancel,
-            prepare=lambda cell, progress: get_backend(cell.backend).prepare(
-                engine.model_path, _profile_of(cell), progress),
-        )
-        self.app.push_screen(self._cells_screen)
+            prepare=lambda cell, progress: engine.prepare(_profile_of(cell), progress),
+            events=engine,
+        ))
 
     def action_bench(self) -> None:
         engine = self.effctx_app.engine
@@ -320,10 +308,6 @@ class SessionScreen(Screen):
 
     def action_timings(self) -> None:
         self.app.push_screen(TimingsScreen(self.timeline))
-
-    def _open_snapshots_screen(self) -> SnapshotsScreen | None:
-        screen = self._snapshots_screen
-        return screen if screen is not None and screen.is_attached else None
 
     def _snapshots_closed(self, result: str | None) -> None:
         self.effctx_app.save_session()  # renames and deletes happened on the screen
@@ -352,10 +336,8 @@ class SessionScreen(Screen):
         handler = self._event_handlers.get(type(event))
         if handler is not None:
             handler(event)
-        if isinstance(event, (PrefillChunk, ResidencyChanged, TurnFinished, NodeRestored, CellSwapped)) or (
-            isinstance(event, TokenDecoded) and event.index % 16 == 0
-        ):
-            self._refresh_residency()
+        if changes_residency(event):
+            self._refresh_strip()
 
     @cached_property
     def _event_handlers(self) -> dict[type, Callable[[Any], None]]:
@@ -375,15 +357,11 @@ class SessionScreen(Screen):
         }
 
     def _on_turn_started(self, event: TurnStarted) -> None:
-        if self._player is not None:
+        if self._replay is not None:
             self.query_one(Transcript).add_user(event.input_text)  # live, the prompt box added it
         self.query_one(StatusLine).show_busy("prefilling…", self._resident, self._n_ctx)
 
     def _on_prefill_chunk(self, event: PrefillChunk) -> None:
-        if (snapshots := self._open_snapshots_screen()) is not None:
-            snapshots.restore_progress(event.done, event.total)
-        if self._cells_screen is not None and self._cells_screen.is_attached:
-            self._cells_screen.swap_progress(event.done, event.total)
         self._resident = event.start + event.tokens
         if event.total >= PROGRESS_MIN_TOKENS:
             self._show_progress(f"prefill ({event.stage})", event.done, event.total)
@@ -401,13 +379,13 @@ class SessionScreen(Screen):
         note = _STOP_NOTES.get(result.stop_reason, result.stop_reason.replace("_", " "))
         self.query_one(Transcript).finish_reply(result.text, note)
         self.query_one(StatusLine).show_turn(result)
-        if self._player is not None:
+        if self._replay is not None:
             self.turns_done += 1  # live, the turn worker counts it
 
     def _on_prefix_cache(self, event: PrefixCacheLookup) -> None:
         self._hide_progress()
         self._resident = event.tokens
-        self.query_one(Transcript).add_note(prefix_note(getattr(self.app, "prefix_name", "prefix"), event))
+        self.query_one(Transcript).add_note(prefix_note(self.effctx_app.prefix_name, event))
         if event.message:
             self.notify(event.message, severity="warning")
 
@@ -419,14 +397,10 @@ class SessionScreen(Screen):
         self.effctx_app.save_session()
         if event.message:
             self.notify(event.message, severity="warning")
-        if (snapshots := self._open_snapshots_screen()) is not None:
-            snapshots.refresh_tree()
 
     def _on_node_restored(self, event: NodeRestored) -> None:
         self.effctx_app.save_session()
         self._follow_restore(event)
-        if (snapshots := self._open_snapshots_screen()) is not None:
-            snapshots.refresh_tree()
 
     def on_turn_done(self, message: TurnDone) -> None:
         self.busy = False
@@ -477,6 +451,6 @@ class SessionScreen(Screen):
     def action_stop(self) -> None:
         if self.busy:
             self._engine.cancel()
-        elif self._player is None and self.effctx_app.loading:
+        elif self.loading:
             self.effctx_app.cancel_loading()
             self.query_one(StatusLine).show_loading("cancelling the model preparation…")

@@ -2,7 +2,8 @@
 delete and compare.
 
 The screen knows a tree and two callables, not an engine: `restore(node_id)` and
-`detokenize(tokens)`, both run on thread workers because they are backend calls. The
+`detokenize(tokens)`, both run on thread workers because they are backend calls, and
+the engine's events, which say when the tree grew and how far a restore is. The
 session screen passes the engine's; a test passes a hand-made tree and no restore.
 Tree changes made here (rename, delete) are plain data on the app thread; they and
 everything that reads tapes wait while the engine works (`is_busy`), because the
@@ -22,8 +23,11 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, Tree
 
-from effctx_core.engine import NodeRestore
+from effctx_core.engine import EventSource, NodeRestore
+from effctx_core.events.subscribers import Unsubscribe
+from effctx_core.events.trace import NodeAdded, NodeRestored, PrefillChunk
 from effctx_core.snapshots.tree import SnapshotTree
+from effctx_tui.messages import EngineEvent, post_events
 from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
 from effctx_tui.screens.snapshot_diff import Detokenize, DiffReport, DiffScreen, describe_diff
 from effctx_tui.widgets.snapshot_details import SnapshotDetails
@@ -112,10 +116,13 @@ class SnapshotsScreen(Screen[str | None]):
         restore: Callable[[str], NodeRestore] | None = None,
         restores: MutableMapping[str, NodeRestore] | None = None,
         is_busy: Callable[[], bool] = lambda: False,
+        events: EventSource | None = None,
     ) -> None:
         """`restores` (node id -> its last restore) is shared with the caller, so restores
         survive closing the screen; `is_busy` says the engine is running a turn."""
         super().__init__()
+        self._events = events
+        self._unfollow: Unsubscribe = lambda: None
         self.snapshot_tree = tree
         self._detokenize = detokenize
         self._restore = restore
@@ -124,7 +131,6 @@ class SnapshotsScreen(Screen[str | None]):
         self.marked: str | None = None
         self.restoring: str | None = None
         self.status_message = ""  # the last thing done, for the status bar
-        self._composed = False  # refresh_tree may be called before the widgets exist
         self.title = "Snapshots"
 
     def compose(self) -> ComposeResult:
@@ -135,7 +141,6 @@ class SnapshotsScreen(Screen[str | None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self._composed = True
         view = self.query_one(SnapshotTreeView)
         view.border_title = "Snapshot tree"
         self.query_one(SnapshotDetails).border_title = "Node"
@@ -147,6 +152,17 @@ class SnapshotsScreen(Screen[str | None]):
         # labels. The signal, not a watch on App.theme: it comes after the stylesheet is
         # reapplied, when the component styles hold the new theme's colours.
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh_tree())
+        self._unfollow = post_events(self, self._events)
+
+    def on_unmount(self) -> None:
+        self._unfollow()
+
+    def on_engine_event(self, message: EngineEvent) -> None:
+        event = message.event
+        if isinstance(event, PrefillChunk):
+            self._restore_progress(event.done, event.total)
+        elif isinstance(event, (NodeAdded, NodeRestored)):
+            self.refresh_tree()
 
     @property
     def selected(self) -> str | None:
@@ -155,9 +171,7 @@ class SnapshotsScreen(Screen[str | None]):
     # ------------------------------------------------------------------ painting
 
     def refresh_tree(self) -> None:
-        """Show the tree as it is now; the session screen calls it on NodeAdded/NodeRestored."""
-        if not self._composed:
-            return
+        """Show the tree as it is now."""
         if self.marked is not None and self.marked not in self.snapshot_tree:
             self.marked = None
         self.query_one(SnapshotTreeView).show(
@@ -222,9 +236,9 @@ class SnapshotsScreen(Screen[str | None]):
         self.refresh_tree()
         self._run_restore(node_id, branch)
 
-    def restore_progress(self, done: int, total: int) -> None:
-        """A recompute's prefill progress (the session screen forwards its PrefillChunk events)."""
-        if self.restoring is not None and self._composed:
+    def _restore_progress(self, done: int, total: int) -> None:
+        """A recompute's prefill progress."""
+        if self.restoring is not None:
             self.status_message = f"restoring {self.restoring}… recomputed {done:,}/{total:,} tokens"
             self._show_status()
 

@@ -23,12 +23,11 @@ from effctx_core.events.timeline import Explanation, Timeline
 from effctx_tui.widgets.timing_charts import CHARTS, REUSED
 
 if TYPE_CHECKING:
-    from effctx_core.engine import SessionEngine
-    from effctx_core.events.replay import ReplayEngine
+    from effctx_core.engine import ConsoleEngine
 
 REFRESH_SECONDS = 0.1
 
-def engine_timeline(engine: Callable[[], SessionEngine | ReplayEngine | None]) -> Timeline:
+def engine_timeline(engine: Callable[[], ConsoleEngine | None]) -> Timeline:
     """A timeline that reads the tape and text from an engine that may open later."""
 
     def detokenize(tokens: Sequence[int]) -> str:
