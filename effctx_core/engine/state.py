@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from effctx_core.backends.tape_session import common_prefix_length
+from effctx_core.backends.tape import common_prefix_length
 from effctx_core.contract import PrefillProgress, Session
 from effctx_core.engine.cancel_gate import CancelGate
 from effctx_core.engine.cell import RunningCell
