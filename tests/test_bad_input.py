@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from effctx_core.snapshots.tree_file import save_tree, write_tree_file
-from tests.helpers.cli import EFFCTX, effctx, one_error_line
+from tests.helpers.cli import effctx, interruptible, one_error_line
 from tests.helpers.small_workload import SMALL_WORKLOAD
 
 
@@ -211,8 +211,7 @@ def test_run_under_a_cache_folder_that_is_a_file_warns_and_runs(default_model, c
 
 
 def test_ctrl_c_during_model_load_exits_130(default_model):
-    proc = subprocess.Popen([EFFCTX, "run", "--prompt", "hi", "--max-tokens", "1"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = interruptible("run", "--prompt", "hi", "--max-tokens", "1", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # llama.cpp maps the model file early in its load, which goes on for most of a second
     maps = Path(f"/proc/{proc.pid}/maps")
     deadline = time.monotonic() + 60

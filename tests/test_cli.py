@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.cli import interruptible
+
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 
 
@@ -144,7 +146,7 @@ def test_info_json_has_the_layer_profile_and_a_capacity_table(default_model):
 
 def test_ctrl_c_during_model_preparation_exits_130_and_leaves_no_file(tmp_path):
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    proc = subprocess.Popen([EFFCTX, "model", "prepare"], stderr=subprocess.PIPE, text=True, env=env)
+    proc = interruptible("model", "prepare", stderr=subprocess.PIPE, env=env)
     assert proc.stderr.readline() == "assembling default model: 1%\n"
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130

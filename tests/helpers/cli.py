@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,14 @@ EFFCTX = str(Path(sys.executable).with_name("effctx"))
 def effctx(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([EFFCTX, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def interruptible(*args: str, **popen: object) -> subprocess.Popen:
+    """`effctx ARGS` as a terminal starts it, so that Ctrl+C (SIGINT) reaches it: a suite
+    run as a background job inherits SIGINT ignored (the shell ignores it for background
+    jobs), and Python then installs no KeyboardInterrupt handler in the child."""
+    return subprocess.Popen([EFFCTX, *args], text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            **popen)  # type: ignore[call-overload]
 
 
 def one_error_line(out: subprocess.CompletedProcess) -> str:
