@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import re
 import shlex
 import socket
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from effctx_core.cli.options import EXIT_BAD_INPUT, OneLineParser, number, warn
 from effctx_core.errors import EffctxError
@@ -62,6 +66,35 @@ def console_command(argv: list[str]) -> str:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+# A stylesheet link to another host: textual-serve's page takes its font from a font CDN.
+_REMOTE_STYLESHEET = re.compile(r"<link\b[^>]*\bhref=\"https?://[^\"]*\"[^>]*>\s*", re.DOTALL)
+# The same font from the copy textual-serve serves itself: effctx runs offline.
+_LOCAL_FONT = """<style>
+      @font-face { font-family: "Roboto Mono"; font-style: normal; font-weight: 100 700;
+        src: url("{{ config.static.url }}fonts/RobotoMono-VariableFont_wght.ttf") format("truetype"); }
+      @font-face { font-family: "Roboto Mono"; font-style: italic; font-weight: 100 700;
+        src: url("{{ config.static.url }}fonts/RobotoMono-Italic-VariableFont_wght.ttf") format("truetype"); }
+    </style>
+  </head>"""
+
+
+def offline_page(page: str) -> str:
+    """textual-serve's page template, loading nothing from another host."""
+    return _REMOTE_STYLESHEET.sub("", page).replace("</head>", _LOCAL_FONT, 1)
+
+
+@contextmanager
+def offline_templates() -> Iterator[Path]:
+    """A templates folder for textual-serve's Server holding its page made offline; it is
+    derived at each start (not a copy in effctx) so the page follows the installed version."""
+    import textual_serve
+
+    page = Path(textual_serve.__file__).with_name("templates") / "app_index.html"
+    with tempfile.TemporaryDirectory(prefix="effctx-serve-") as folder:
+        (Path(folder) / page.name).write_text(offline_page(page.read_text(encoding="utf-8")), encoding="utf-8")
+        yield Path(folder)
 
 
 def _prepare_model(model: str | None) -> None:
@@ -118,10 +151,11 @@ def serve(argv: list[str]) -> int:
     from textual_serve.server import Server
 
     public_url = opts.public_url or f"http://{_url_host(host)}:{opts.port}"
-    server = Server(command, host=host, port=opts.port, title="effctx", public_url=public_url)
     print(f"effctx serve: open {public_url} in a browser (Ctrl+C stops)", flush=True)
     try:
-        server.serve()
+        with offline_templates() as templates:
+            Server(command, host=host, port=opts.port, title="effctx", public_url=public_url,
+                   templates_path=templates).serve()
     except OSError as exc:  # the port was taken between the check and the bind
         print(f"effctx: error: cannot listen on {_url_host(host)}:{opts.port}: {os_reason(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT

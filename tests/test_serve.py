@@ -10,8 +10,10 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import asynccontextmanager
+import urllib.request
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from urllib.parse import urljoin, urlsplit
 
 import pytest
 
@@ -26,8 +28,9 @@ class FakeServer:
 
     made: list["FakeServer"] = []
 
-    def __init__(self, command, host, port, title, public_url):
+    def __init__(self, command, host, port, title, public_url, templates_path):
         self.command, self.host, self.port, self.title, self.public_url = command, host, port, title, public_url
+        self.templates_path = templates_path
         FakeServer.made.append(self)
 
     def serve(self):
@@ -108,24 +111,17 @@ def _running(pid: int) -> bool:
         return False
 
 
-@asynccontextmanager
-async def _served_page(tmp_path: Path, *serve_args: str):
-    """`effctx serve` on a free port and a headless browser page showing its console:
-    (server, page, port), once the console's first bytes have arrived. The server is
+@contextmanager
+def _running_server(tmp_path: Path, *serve_args: str):
+    """`effctx serve` on a free port: (server, port), once it listens. The server is
     stopped (SIGTERM) on the way out if the test left it running."""
-    if not headless_chromium.available():
-        pytest.skip(f"{headless_chromium.CHROMIUM} is missing (.ci/run installs it)")
     port = _free_port()
     with (tmp_path / "serve.log").open("w") as log:
         server = subprocess.Popen([sys.executable, "-m", "effctx_tui.main", "serve", "--port", str(port), *serve_args],
                                   stdout=log, stderr=subprocess.STDOUT)
         try:
             _wait_for_port(port, server, timeout=60)
-            async with headless_chromium.open_page(tmp_path / "chromium") as page:
-                await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
-                # textual-serve marks the body once the console's first bytes arrive.
-                await page.wait_for("document.body.classList.contains('-first-byte')", timeout=60)
-                yield server, page, port
+            yield server, port
         finally:
             if server.poll() is None:
                 server.send_signal(signal.SIGTERM)
@@ -134,6 +130,20 @@ async def _served_page(tmp_path: Path, *serve_args: str):
                 except subprocess.TimeoutExpired:
                     server.kill()
                     server.wait()
+
+
+@asynccontextmanager
+async def _served_page(tmp_path: Path, *serve_args: str):
+    """`effctx serve` and a headless browser page showing its console: (server, page,
+    port), once the console's first bytes have arrived."""
+    if not headless_chromium.available():
+        pytest.skip(f"{headless_chromium.CHROMIUM} is missing (.ci/run installs it)")
+    with _running_server(tmp_path, *serve_args) as (server, port):
+        async with headless_chromium.open_page(tmp_path / "chromium") as page:
+            await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
+            # textual-serve marks the body once the console's first bytes arrive.
+            await page.wait_for("document.body.classList.contains('-first-byte')", timeout=60)
+            yield server, page, port
 
 
 async def _outliving(consoles: set[int], seconds: float) -> list[int]:
@@ -190,3 +200,51 @@ def test_a_prefix_file_is_checked_once_and_passed_on_as_an_absolute_path(fake_se
     assert not fake_server and capsys.readouterr().err == "effctx: error: prefix file not found: missing.txt\n"
     assert serve_mod.serve(["--model", "m.gguf", "--port", str(_free_port()), "--prefix-file", "notes.txt"]) == 0
     assert fake_server[0].command.endswith(f"--prefix-file {tmp_path / 'notes.txt'}")
+
+
+# What a page or stylesheet loads: src= and href= of its elements, url(…) and @import of its CSS.
+_LOADED = re.compile(r"""(?:\b(?:src|href)\s*=\s*"([^"]+)")|(?:url\(\s*["']?([^"')]+)["']?\s*\))|(?:@import\s+["']([^"']+)["'])""")
+# Every http(s) address named in a text, but an SVG's xmlns (a name, never fetched).
+_NAMED = re.compile(r"""(?<!xmlns=")\bhttps?://[^\s"'<>)]+""")
+# Comments load nothing (xterm.css credits term.js and jslinux by their addresses).
+_COMMENT = re.compile(r"/\*.*?\*/|<!--.*?-->", re.DOTALL)
+
+
+def _get(url: str) -> tuple[str, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200, url
+        return response.headers.get_content_type(), response.read()
+
+
+def test_the_served_page_and_what_it_loads_name_no_host_but_the_server(tmp_path):
+    # effctx runs offline: the browser console's page (textual-serve's, which links a
+    # web font from a font CDN) must load everything, the font too, from the server.
+    with _running_server(tmp_path, "--demo", "chat") as (_, port):
+        server = f"127.0.0.1:{port}"
+        pending, seen, named = [f"http://{server}/"], set(), set()
+        while pending:
+            url = pending.pop()
+            seen.add(url)
+            kind, body = _get(url)
+            if kind not in ("text/html", "text/css"):
+                continue  # scripts, fonts, images: fetched (they exist), not followed
+            text = _COMMENT.sub("", body.decode("utf-8"))
+            named |= {urlsplit(found).netloc for found in _NAMED.findall(text)}
+            for groups in _LOADED.findall(text):
+                target = urljoin(url, next(group for group in groups if group))
+                if urlsplit(target).scheme in ("http", "https") and target not in seen:
+                    pending.append(target)
+    assert named == {server}
+    assert {urlsplit(url).netloc for url in seen} == {server}
+    assert {Path(urlsplit(url).path).name for url in seen} >= {
+        "xterm.css", "textual.js", "RobotoMono-VariableFont_wght.ttf", "RobotoMono-Italic-VariableFont_wght.ttf"}
+
+
+def test_the_page_template_given_to_textual_serve_is_its_own_without_the_font_cdn(fake_server, gguf_files):
+    assert serve_mod.serve(["--model", "m.gguf", "--port", str(_free_port())]) == 0
+    # the folder lives while the server runs, and is removed when it stops
+    assert not fake_server[0].templates_path.exists()
+    with serve_mod.offline_templates() as folder:
+        page = (folder / "app_index.html").read_text()
+    assert "fonts.googleapis.com" not in page
+    assert page.count("@font-face") == 2 and 'css/xterm.css" />' in page
