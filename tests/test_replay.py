@@ -22,7 +22,7 @@ def record(default_model, tmp_path, profile, turns):
     engine.open()
     for text, n in turns:
         engine.chat(text, DecodeConfig(max_tokens=n))
-    live = (engine.tape, engine.residency_report())
+    live = (engine.tape, engine.residency_report(), engine.residency.table())
     engine.close()
     return read_trace(path), live
 
@@ -35,8 +35,8 @@ def play(trace) -> ReplayEngine:
 
 
 def test_a_chat_replays_to_the_same_tape_and_residency(default_model, tmp_path):
-    trace, (tape, report) = record(default_model, tmp_path, load_profile("exact").with_changes(n_ctx=1024),
-                                   [("What is the capital of France?", 12), ("And of Italy?", 8)])
+    trace, (tape, report, _) = record(default_model, tmp_path, load_profile("exact").with_changes(n_ctx=1024),
+                                      [("What is the capital of France?", 12), ("And of Italy?", 8)])
     replay = play(trace)
     assert len(replay.tape) == len(tape)
     decoded = [t for t in replay.tape if t >= 0]
@@ -45,11 +45,25 @@ def test_a_chat_replays_to_the_same_tape_and_residency(default_model, tmp_path):
 
 
 def test_a_streaming_session_replays_its_evictions(default_model, tmp_path):
-    trace, (tape, report) = record(default_model, tmp_path, STREAMING, [("The grass is green. " * 100, 4)])
+    trace, (tape, report, _) = record(default_model, tmp_path, STREAMING, [("The grass is green. " * 100, 4)])
     replay = play(trace)
     got = replay.residency_report()
     assert got.evicted_ranges == report.evicted_ranges and got.evicted_tokens == report.evicted_tokens > 0
     assert got.source == "observed"
+
+
+def test_a_streaming_session_replays_its_plan_block_for_block(default_model, tmp_path):
+    trace, (_, report, table) = record(default_model, tmp_path, STREAMING, [("The grass is green. " * 100, 40)])
+    replay = play(trace)
+    got = replay.residency.table()
+    assert replay.residency_report() == report
+    assert report.policy == "streaming" and report.sink_tokens == 4 and report.recent_tokens > 0
+    assert got.cls.tolist() == table.cls.tolist() and got.reason.tolist() == table.reason.tolist()
+
+
+def test_the_replay_runs_under_the_recorded_residency_settings(default_model, tmp_path):
+    trace, _ = record(default_model, tmp_path, STREAMING, [("Hello", 2)])
+    assert play(trace).profile.residency == STREAMING.residency
 
 
 def test_a_replay_cannot_be_continued(default_model, tmp_path):

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from effctx_core.contract import ProgressSink, Session, SuffixStatus
 from effctx_core.engine.state import EngineState
-from effctx_core.events.trace import ResidencyAction, ResidencyChanged
+from effctx_core.events.trace import ResidencyAction, ResidencyChanged, plan_runs
 from effctx_core.residency import Segment
 
 if TYPE_CHECKING:
@@ -70,4 +70,4 @@ def make_room(state: EngineState, extra: int, turn: int, stage: str) -> None:
         if act.shift:
             state.bus.emit(ResidencyAction, turn=turn, stage=stage, action="shift", start=act.start, end=act.end,
                            pos_start=act.shifted_from, pos_end=act.shifted_from + act.shift, ms=0.0)
-    state.bus.emit(ResidencyChanged, turn=turn, report=tracker.report().to_dict())
+    state.bus.emit(ResidencyChanged, turn=turn, report=tracker.report().to_dict(), plan=plan_runs(tracker.table()))

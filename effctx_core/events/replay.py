@@ -7,8 +7,9 @@ can be looked at, not continued: every command that would run the model is refus
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Iterable, NoReturn, Sequence
 
 from effctx_core.contract import DecodeConfig
 from effctx_core.errors import EffctxError
@@ -22,6 +23,7 @@ from effctx_core.events.trace import (
     PrefillChunk,
     PrefixChecked,
     ResidencyAction,
+    ResidencyChanged,
     SessionOpened,
     SwapAbandoned,
     TokenDecoded,
@@ -65,10 +67,13 @@ class ReplayEngine:
         self.model_name = opened.model
         self.backend = opened.backend
         self.n_ctx = opened.n_ctx
-        self.profile = Profile(name="replay", n_ctx=max(16, opened.n_ctx))
-        # The recorded policy's blocks, so evicted ranges land on the same block edges; the
-        # policy itself never runs here ("none" plans nothing).
+        recorded = ResidencyConfig(policy=opened.policy, sink_tokens=opened.sink_tokens,
+                                   recent_tokens=opened.recent_tokens, budget=opened.budget,
+                                   block_size=opened.block_size, slide_tokens=opened.slide_tokens)
+        self.profile = Profile(name="replay", n_ctx=max(16, opened.n_ctx), residency=recorded)
         self.policy = opened.policy
+        # The recorded policy's blocks, so the recorded plans land on the same block edges;
+        # the policy itself never runs here ("none" plans nothing): its plans are replayed.
         self.residency = ResidencyTracker(ResidencyConfig(block_size=opened.block_size), opened.budget or opened.n_ctx,
                                           PlannerCaps())
         self.tree = SnapshotTree()
@@ -90,10 +95,15 @@ class ReplayEngine:
         return tuple(self._tape)
 
     def residency_report(self) -> ResidencyReport:
-        return self.residency.report()
+        # The tracker here plans nothing; the blocks' classes are the recorded policy's.
+        return replace(self.residency.report(), policy=self.policy)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return "".join(self._pieces.get(int(t), "") for t in tokens)
+
+    def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
+        # A replay reads no store: its tree shows the states as the recording had them.
+        return {}
 
     def subscribe(self, subscriber: Subscriber) -> Unsubscribe:
         """Call `subscriber` with every event applied from now on (on the player's thread)."""
@@ -165,6 +175,9 @@ class ReplayEngine:
             self._pieces[event.token] = event.text
             self._tape.append(event.token)
             self.residency.append(Segment.ASSISTANT, 1, self._turn)
+        elif isinstance(event, ResidencyChanged):
+            for start, end, label, why in event.plan:
+                self.residency.mark_range(start, end, BlockClass[label.upper()], Reason[why.upper()])
         elif isinstance(event, ResidencyAction):
             if event.action in _ACTION_CLASS:
                 cls, reason = _ACTION_CLASS[event.action]

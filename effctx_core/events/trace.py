@@ -9,8 +9,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar, TextIO
 
+import numpy as np
+
 from effctx_core.contract import RuntimeCounts
 from effctx_core.errors import EffctxError
+from effctx_core.residency.blocks import BlockClass, BlockTable, Reason
 from effctx_core.temp_files import create_temp_file, sweep_dead_temps
 from effctx_core.user_files import UserFileError, check_output_file, open_input, os_reason
 
@@ -68,6 +71,10 @@ class SessionOpened(Event):
     policy: str = "none"
     block_size: int = 32
     budget: int = 0
+    # The policy's windows (0 in traces written before they were recorded).
+    sink_tokens: int = 0
+    recent_tokens: int = 0
+    slide_tokens: int = 0
     started: float = 0.0  # wall clock (seconds since the epoch) at t_ms 0
 
 
@@ -156,6 +163,24 @@ class ResidencyChanged(Event):
     kind: ClassVar[str] = "residency"
     turn: int
     report: dict
+    # The committed plan, block for block: (start, end, class label, reason name) runs.
+    # The report counts tokens by class; a replay needs to know which blocks hold them
+    # (empty in traces written before the plan was recorded).
+    plan: tuple[tuple[int, int, str, str], ...] = ()
+
+
+def plan_runs(table: BlockTable) -> tuple[tuple[int, int, str, str], ...]:
+    """The table's classes and reasons as ResidencyChanged.plan records them: one run for
+    each stretch of adjacent blocks with the same class and reason."""
+    if not len(table):
+        return ()
+    key = table.cls.astype(np.int32) * 256 + table.reason
+    first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    last = np.append(first[1:], len(table)) - 1
+    return tuple(
+        (int(table.start[a]), int(table.end[b]), BlockClass(int(table.cls[a])).label, Reason(int(table.reason[a])).name.lower())
+        for a, b in zip(first, last)
+    )
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,14 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from textual.widgets import Input
+from textual.widgets import Input, Static
 
 from effctx_core.events.reader import read_trace
 from effctx_core.residency import BlockClass
 from effctx_tui.app import EffctxApp
+from effctx_tui.screens.residency import ResidencyScreen
 from effctx_tui.widgets.residency_strip import ResidencyStrip
+from effctx_tui.widgets.residency_view import ResidencyView
 from effctx_tui.widgets.transcript import Transcript
 from tests.helpers.pilot_wait import wait_for
 
@@ -56,6 +58,22 @@ async def test_the_streaming_demo_shows_its_evictions_in_the_strip():
         await wait_for(pilot, lambda: app.player.done and screen.turns_done == 1, seconds=30)
         assert app.engine.residency_report().evicted_tokens > 0
         assert BlockClass.EVICTED in screen.query_one(ResidencyStrip).cell_classes()
+
+
+async def test_the_streaming_demo_shows_the_recorded_plan_on_the_residency_screen():
+    app = EffctxApp(replay=demo("streaming"), replay_speed=64)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.player.done, seconds=30)
+        await pilot.press("ctrl+r")
+        screen = app.screen
+        assert isinstance(screen, ResidencyScreen)
+        legend = str(screen.query_one("#residency-legend", Static).render())
+        assert legend.splitlines() == [
+            "   sink 4      recent 479      hot 20      cold 0      evicted 232",
+            "735 tokens · resident 503 / budget 512 · policy streaming · observed",
+        ]
+        # the inspector opens on the first block, and says why the recording's policy kept it
+        assert screen.query_one(ResidencyView).cursor_block.reason.text == "inside the attention-sink tokens at the start of the tape"
 
 
 def test_a_damaged_trace_is_refused_in_one_line(tmp_path):
