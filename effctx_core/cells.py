@@ -11,11 +11,12 @@ from pathlib import Path
 
 from effctx_core.backends.profile_loader import available_profiles, legacy_settings, load_profile
 from effctx_core.backends.registry import BACKENDS, CellBackend, get_backend
-from effctx_core.contract import ModelInfo
+from effctx_core.contract import ModelInfo, RuntimeEviction
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.profiles import Profile
 from effctx_core.residency.config import ResidencyConfig, policy_evicts
 from effctx_core.residency.policies import check_planner, planner_caps
+from effctx_core.residency.report import MODELED, OBSERVED
 
 
 def check_cell(backend: CellBackend, info: ModelInfo, config: ResidencyConfig) -> None:
@@ -24,6 +25,15 @@ def check_cell(backend: CellBackend, info: ModelInfo, config: ResidencyConfig) -
     The engine opens a cell only after this check, and the cells list says its reason."""
     check_planner(config.policy, planner_caps(info.capabilities))
     backend.check_policy(info, config.policy)
+
+
+def residency_source(info: ModelInfo, eviction: RuntimeEviction | None) -> str:
+    """What every view of this cell's residency map says it is: `modeled` when the runtime
+    manages its cache itself (it evicts by itself, or its backend's capability notes call
+    the map modeled, as openvino-genai's paged cache and llama-server's slot do);
+    `observed` when effctx's executor edits the cache and knows each block it holds."""
+    runtime_managed = eviction is not None or info.capabilities.notes.get("residency", "").startswith(MODELED)
+    return MODELED if runtime_managed else OBSERVED
 
 
 @dataclass(frozen=True)
@@ -38,10 +48,13 @@ class Cell:
     profile_record: Profile | None = None
     # What the first open does before the cell runs, and what it costs (a conversion).
     preparation: str | None = None
+    # observed or modeled (residency_source); None when the backend could not describe it.
+    residency: str | None = None
 
     def to_dict(self) -> dict:
         out = {"backend": self.backend, "profile": self.profile, "device": self.device, "model": self.model,
-               "runnable": self.runnable, "reason": self.reason, "preparation": self.preparation}
+               "runnable": self.runnable, "reason": self.reason, "preparation": self.preparation,
+               "residency": self.residency}
         if self.info is not None:
             out.update({
                 "backend_version": self.info.backend_version,
@@ -86,12 +99,13 @@ def _cell(backend: CellBackend, name: str, profile: Profile, model_path: Path, m
         info = backend.describe(model_path, profile)
     except EffctxError as exc:
         return Cell(backend.name, name, UNKNOWN_DEVICE, model_name, False, str(exc), profile_record=profile)
+    residency = residency_source(info, backend.runtime_eviction(profile))
     try:
         check_cell(backend, info, profile.residency)
     except UnsupportedFeatureError as exc:
-        return Cell(backend.name, name, info.device, model_name, False, str(exc), info, profile)
+        return Cell(backend.name, name, info.device, model_name, False, str(exc), info, profile, residency=residency)
     return Cell(backend.name, name, info.device, model_name, True, _offer(info, profile), info, profile,
-                backend.pending_preparation(model_path, profile))
+                backend.pending_preparation(model_path, profile), residency)
 
 
 def _offer(info: ModelInfo, profile: Profile) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from effctx_core.backends.registry import CellBackend, get_backend
-from effctx_core.cells import check_cell
+from effctx_core.cells import check_cell, residency_source
 from effctx_core.contract import ResidencyExecutor, Session
 from effctx_core.errors import EffctxError
 from effctx_core.profiles import Profile
@@ -33,8 +33,9 @@ class RunningCell:
         try:
             info = session.info
             check_cell(backend, info, profile.residency)
+            eviction = backend.runtime_eviction(profile)
             tracker = ResidencyTracker(profile.residency, profile.budget_tokens, planner_caps(info.capabilities),
-                                       backend.runtime_eviction(profile))
+                                       eviction, residency_source(info, eviction))
             executor = backend.residency_executor(session)
         except EffctxError:
             session.close()

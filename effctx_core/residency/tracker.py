@@ -29,7 +29,8 @@ class SegmentRun:
 
 class ResidencyTracker:
     def __init__(self, config: ResidencyConfig, budget: int, caps: PlannerCaps,
-                 runtime_eviction: RuntimeEviction | None = None):
+                 runtime_eviction: RuntimeEviction | None = None, source: str = OBSERVED):
+        """`source`: observed or modeled, as the backend says (effctx_core.cells.residency_source)."""
         self.config = config
         self.budget = budget
         self.caps = caps
@@ -37,6 +38,8 @@ class ResidencyTracker:
         # The runtime evicts by itself: the tape is tracked as given, and every view of it
         # is the map modeled from the runtime's settings.
         self.runtime_eviction = runtime_eviction
+        # A map drawn by modeled_table is modeled, whatever the caller says.
+        self.source = MODELED if runtime_eviction is not None else source
         self._segments: list[SegmentRun] = []
         self._table = BlockTable.empty()
         # The UI thread reads the table while a worker thread changes it.
@@ -126,10 +129,6 @@ class ResidencyTracker:
         with self._lock:
             return self._view().copy()
 
-    @property
-    def source(self) -> str:
-        return OBSERVED if self.runtime_eviction is None else MODELED
-
     def plan(self, extra_tokens: int = 0) -> BlockTable | None:
         """The policy's plan if `extra_tokens` more were appended now, or None when the
         resident tokens plus those fit the budget."""
@@ -185,8 +184,8 @@ class ResidencyTracker:
     def report(self) -> ResidencyReport:
         with self._lock:
             if self.runtime_eviction is not None:
-                return ResidencyReport.from_table(self._view(), self.policy, MODELED, self.runtime_eviction.max_tokens)
-            return ResidencyReport.from_table(self._table, self.policy, OBSERVED, self.budget)
+                return ResidencyReport.from_table(self._view(), self.policy, self.source, self.runtime_eviction.max_tokens)
+            return ResidencyReport.from_table(self._table, self.policy, self.source, self.budget)
 
 
 def _with_tail(table: BlockTable, extra: int) -> BlockTable:

@@ -10,9 +10,10 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
+from textual.widgets import DataTable, Header, ProgressBar, Static
 
 from effctx_core.backends.registry import spec
 from effctx_core.cells import Cell
@@ -22,51 +23,81 @@ from effctx_core.engine import EventSource, SwapResult
 from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.events.subscribers import Unsubscribe
 from effctx_core.events.trace import PrefillChunk
+from effctx_core.residency.report import MODELED, OBSERVED
 from effctx_tui.messages import EngineEvent, post_events
+from effctx_tui.widgets.footer import EffctxFooter
+from effctx_tui.widgets.lists import ListTable
 
-COLUMNS = ("backend", "profile", "n_ctx", "K/V", "FA", "swa_full", "policy", "shift", "exact replay",
-           "certification", "verdict")
+# The standing and the verdict come right after the name: a narrow terminal shows them
+# and scrolls the settings sideways (the detail below repeats every one of them).
+COLUMNS = ("profile", "backend", "certification", "verdict", "n_ctx", "K/V", "FA", "swa_full", "policy", "shift",
+           "exact replay")
 _STANDING_STYLE = {CERTIFIED: "green", UNCERTIFIED: "yellow", FAILED: "red"}
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def cell_settings(cell: Cell) -> dict[str, str]:
+    """The profile's settings of the table's columns, by column ("-" where a backend has none)."""
+    p = cell.profile_record
+    options = spec(p.backend).options_of(p) if p else None
+    return {
+        "K/V": f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-",
+        "FA": ("on" if options.flash_attn else "off") if options is not None and hasattr(options, "flash_attn") else "-",
+        "swa_full": _yes_no(options.swa_full) if options is not None and hasattr(options, "swa_full") else "-",
+        "policy": p.residency.policy if p else "-",
+    }
 
 
 def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None) -> list[Text | str]:
     cell = row.cell
-    p, info = cell.profile_record, cell.info
-    caps = info.capabilities if info else None
-    options = spec(p.backend).options_of(p) if p else None
-    yes_no = lambda flag: "yes" if flag else "no"  # noqa: E731
+    caps = cell.info.capabilities if cell.info else None
     name = Text(("● " if cell.profile == current else "  ") + cell.profile, style="bold" if cell.profile == current else "")
     standing = Text(row.advertised, style=_STANDING_STYLE.get(row.status, "dim"))
+    settings = cell_settings(cell)
     return [
-        cell.backend,
         name,
-        str(info.n_ctx) if info else "-",
-        f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-",
-        ("on" if options.flash_attn else "off") if options is not None and hasattr(options, "flash_attn") else "-",
-        yes_no(options.swa_full) if options is not None and hasattr(options, "swa_full") else "-",
-        p.residency.policy if p else "-",
-        yes_no(caps.position_shift.supported) if caps else "-",
-        yes_no(caps.exact_snapshot.supported) if caps else "-",
+        cell.backend,
         standing,
         verdict.verdict if verdict is not None else "-",
+        str(cell.info.n_ctx) if cell.info else "-",
+        settings["K/V"],
+        settings["FA"],
+        settings["swa_full"],
+        settings["policy"],
+        _yes_no(caps.position_shift.supported) if caps else "-",
+        _yes_no(caps.exact_snapshot.supported) if caps else "-",
     ]
 
 
+_RESIDENCY_MEANS = {
+    OBSERVED: "effctx's executor edits the cache and knows each block it holds",
+    MODELED: "the runtime manages its cache itself; effctx models which blocks it holds",
+}
+
+
 class CellsScreen(Screen):
-    """Lists cells (loaded by `load`, in a worker); Enter swaps to the selected one with
-    `swap`, Esc during a swap's recompute calls `cancel`; `events` show the recompute's progress."""
+    """Lists cells (loaded by `load`, in a worker), the cursor on the running one; Enter
+    asks before a swap and a second Enter swaps to the selected cell with `swap`; Esc
+    during a swap's recompute calls `cancel`; `events` show the recompute's progress."""
 
     BINDINGS = [
         Binding("enter", "swap", "Swap to cell"),
         Binding("escape", "back", "Back / cancel swap"),
     ]
+    # The table takes the rows it has (up to half the screen) and the detail the rest,
+    # scrolling; the standing and the verdict open the detail, so a short terminal shows
+    # them without scrolling.
     DEFAULT_CSS = """
     CellsScreen {
         #cells-note { height: auto; padding: 0 1; background: $panel; }
         #swap-progress { display: none; padding: 0 1; }
         #swap-progress.-running { display: block; }
-        #cells-detail { height: auto; padding: 0 1; border: round $panel-lighten-2; }
-        DataTable { height: 1fr; }
+        #cells-table { height: auto; max-height: 50%; }
+        #cells-detail-box { height: 1fr; border: round $panel-lighten-2; &:focus { border: round $accent; } }
+        #cells-detail { height: auto; padding: 0 1; }
     }
     """
 
@@ -92,8 +123,8 @@ class CellsScreen(Screen):
         self._prepare = prepare
         self._events = events
         self._unfollow: Unsubscribe = lambda: None
-        # The cell whose preparation (a conversion) the user was told the cost of: a
-        # second Enter on it goes ahead.
+        # The cell the user was asked about (what a swap to it does and costs): the
+        # next Enter on it goes ahead. Moving the cursor forgets it.
         self._asked: str | None = None
         self.cells: list[Cell] = []
         self.rows: list[MatrixRow] = []
@@ -106,9 +137,10 @@ class CellsScreen(Screen):
         yield Header(show_clock=False)
         yield Static("Describing every cell (each opens a context briefly)…", id="cells-note")
         yield ProgressBar(id="swap-progress", show_eta=False)
-        yield DataTable(id="cells-table", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="cells-detail")
-        yield Footer()
+        yield ListTable(id="cells-table", cursor_type="row", zebra_stripes=True)
+        with VerticalScroll(id="cells-detail-box"):
+            yield Static("", id="cells-detail")
+        yield EffctxFooter()
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*COLUMNS)
@@ -139,15 +171,18 @@ class CellsScreen(Screen):
         certified = len(message.matrix.certified())
         damaged = f" · {len(message.matrix.damaged)} damaged certificate(s) left in place" if message.matrix.damaged else ""
         self.query_one("#cells-note", Static).update(
-            f"{len(self.cells)} cells, {runnable} runnable here, {certified} certified{damaged} · ● the running cell · "
-            "Enter swaps the conversation to the selected cell")
+            f"{len(self.cells)} cells, {runnable} runnable here, {certified} certified{damaged} · ● running · "
+            "Enter asks to swap, Enter again swaps")
 
     def _fill(self) -> None:
+        """The rows, the cursor on the running cell."""
         table = self.query_one(DataTable)
         table.clear()
         current = self._current()
         for row in self.rows:
             table.add_row(*cell_row(row, current, self.verdicts.get(row.cell.profile)))
+        profiles = [c.profile for c in self.cells]
+        table.move_cursor(row=profiles.index(current) if current in profiles else 0)
         table.focus()
 
     @on(DataTable.RowHighlighted)
@@ -155,9 +190,30 @@ class CellsScreen(Screen):
         if not 0 <= event.cursor_row < len(self.cells):
             return
         row = self.rows[event.cursor_row]
+        if self._asked != row.cell.profile:
+            self._asked = None
+        self.query_one("#cells-detail", Static).update(self._describe_row(row))
+
+    def _describe_row(self, row: MatrixRow) -> Text:
+        """What the cell is, standing and verdict first (a short terminal shows them
+        without scrolling), then what runs it, its settings, limits and capabilities."""
         cell = row.cell
         text = Text()
         text.append(f"{cell.backend} · {cell.profile} · {cell.device} · {cell.model}\n", style="bold")
+        text.append(f"{row.advertised}: {row.note}\n", style=_STANDING_STYLE.get(row.status, "dim"))
+        verdict = self.verdicts.get(cell.profile)
+        if verdict is not None:
+            text.append(f"verdict: {verdict.verdict}\n", style="bold")
+            text.append("".join(f"  {line}\n" for line in verdict.evidence), style="dim")
+        elif self.verdict_note:
+            text.append(f"{self.verdict_note}\n", style="dim")
+        text.append(("runs: " if cell.runnable else "unsupported: ") + cell.reason + "\n")
+        if cell.preparation:
+            text.append(f"first use: {cell.preparation}\n", style="yellow")
+        if cell.residency is not None:
+            text.append(f"residency map: {cell.residency} ({_RESIDENCY_MEANS[cell.residency]})\n")
+        settings = cell_settings(cell)
+        text.append(" · ".join(f"{name} {value}" for name, value in settings.items()) + "\n")
         if cell.info is not None:
             for lim in cell.info.limits:
                 text.append(f"limit {lim.name}: {lim.tokens} tokens — {lim.reason}\n")
@@ -167,22 +223,17 @@ class CellsScreen(Screen):
             text.append(f"rollback: {caps.safe_rollback}\n", style="dim")
             for key, note in caps.notes.items():
                 text.append(f"{key}: {note}\n", style="dim")
-        text.append(("runs: " if cell.runnable else "unsupported: ") + cell.reason + "\n")
-        text.append(f"{row.advertised}: {row.note}", style=_STANDING_STYLE.get(row.status, "dim"))
-        verdict = self.verdicts.get(cell.profile)
-        if verdict is not None:
-            text.append(f"\nverdict: {verdict.verdict}\n", style="bold")
-            text.append("\n".join(f"  {line}" for line in verdict.evidence), style="dim")
-        elif self.verdict_note:
-            text.append(f"\n{self.verdict_note}", style="dim")
-        if cell.preparation:
-            text.append(f"\nfirst use: {cell.preparation}", style="yellow")
-        self.query_one("#cells-detail", Static).update(text)
+        text.rstrip()
+        return text
 
     @on(DataTable.RowSelected)
     def _selected(self, event: DataTable.RowSelected) -> None:
         # The table takes Enter for itself (select the row); selecting a row is the swap.
         self.action_swap()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Swap is hidden while a swap runs: one at a time."""
+        return not (self.swapping and action == "swap")
 
     def action_swap(self) -> None:
         table = self.query_one(DataTable)
@@ -198,12 +249,17 @@ class CellsScreen(Screen):
         if self._is_busy() or self.swapping:
             self.notify("A reply or a swap is still running; Esc stops it.", severity="warning")
             return
-        if cell.preparation and self._asked != cell.profile:
+        if self._asked != cell.profile:
+            # A swap replaces the session the conversation runs on: a reflexive Enter
+            # only asks.
             self._asked = cell.profile
+            cost = f" (the first use {cell.preparation})" if cell.preparation else ""
             self.query_one("#cells-note", Static).update(
-                f"{cell.profile}: the first use {cell.preparation}. Enter again to go ahead, or pick another cell.")
+                f"Swap the conversation to {cell.profile}{cost}? Enter again to go ahead, or pick another cell.")
             return
+        self._asked = None
         self.swapping = True
+        self.refresh_bindings()
         self.query_one("#cells-note", Static).update(f"swapping to {cell.profile}… (Esc cancels a recompute)")
         self._run_swap(cell)
 
@@ -244,6 +300,7 @@ class CellsScreen(Screen):
 
     def on_cells_screen_swapped(self, message: Swapped) -> None:
         self.swapping = False
+        self.refresh_bindings()
         self.query_one("#swap-progress", ProgressBar).remove_class("-running")
         note = self.query_one("#cells-note", Static)
         if message.cancelled:

@@ -35,9 +35,7 @@ async def test_the_cells_screen_lists_cells_and_swaps_the_conversation(default_m
         profiles = [c.profile for c in cells.cells]
         assert profiles == ["exact", "fast-long", "q8", "streaming", "ov-evict", "ov-exact", "ov-prefix-cache", "llama-server"]
         assert cells.query_one(DataTable).row_count == len(cells.cells)
-        cells.query_one(DataTable).move_cursor(row=profiles.index("q8"))
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: app.engine.profile.name == "q8")
+        await _swap_to(pilot, cells, "q8")
         note = cells.query_one("#cells-note", Static)
         await wait_for(pilot, lambda: str(note.render()).startswith("now on q8: recomputed"))
         assert app.engine.tape == tape
@@ -58,7 +56,7 @@ async def test_escape_during_a_swap_recompute_cancels_it_and_stays_on_the_runnin
         cells = app.screen
         await wait_for(pilot, lambda: len(cells.cells) > 0)
         cells.query_one(DataTable).move_cursor(row=[c.profile for c in cells.cells].index("q8"))
-        await pilot.press("enter")
+        await pilot.press("enter", "enter")
         bar = cells.query_one("#swap-progress", ProgressBar)
         await wait_for(pilot, lambda: bar.total == len(tape))  # the recompute's first chunk is done
         app.post_message(events.Key("escape", None))
@@ -70,14 +68,12 @@ async def test_escape_during_a_swap_recompute_cancels_it_and_stays_on_the_runnin
 
 
 async def _swap_to(pilot, cells: CellsScreen, profile: str) -> None:
-    """Select a cell and press Enter; a second Enter when it asks first (a conversion)."""
+    """Select a cell, press Enter (it asks) and Enter again."""
     app = cells.app
     cells.query_one(DataTable).move_cursor(row=[c.profile for c in cells.cells].index(profile))
     await pilot.press("enter")
-    if next(c for c in cells.cells if c.profile == profile).preparation:
-        note = cells.query_one("#cells-note", Static)
-        assert "Enter again to go ahead" in str(note.render())
-        await pilot.press("enter")
+    assert str(cells.query_one("#cells-note", Static).render()).startswith(f"Swap the conversation to {profile}")
+    await pilot.press("enter")
     await wait_for(pilot, lambda: app.engine.profile.name == profile and not cells.swapping, seconds=120)
 
 
@@ -116,7 +112,7 @@ async def test_a_cell_that_must_convert_first_says_what_it_costs_and_waits_for_a
         cells.query_one(DataTable).move_cursor(row=cells.cells.index(cell))
         await pilot.press("enter")
         note = cells.query_one("#cells-note", Static)
-        assert str(note.render()).startswith("ov-exact: the first use converts the GGUF")
+        assert str(note.render()).startswith("Swap the conversation to ov-exact (the first use converts the GGUF")
         assert app.engine.profile.name == "exact" and not cells.swapping  # nothing started yet
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.engine.profile.name == "ov-exact" and not cells.swapping)
@@ -154,10 +150,101 @@ async def test_the_cells_screen_shows_each_cells_standing_and_its_verdict(defaul
         assert {p: v.verdict for p, v in cells.verdicts.items() if p in ("exact", "q8")} == {
             "exact": "baseline", "q8": "no verdict"}
         table = cells.query_one(DataTable)
-        assert str(table.get_row_at(0)[-2]) == "certified up to 1024 tokens"
+        assert [str(v) for v in table.get_row_at(0)[2:4]] == ["certified up to 1024 tokens", "baseline"]
         table.move_cursor(row=1)
         table.move_cursor(row=0)
         await pilot.pause()
         detail = str(cells.query_one("#cells-detail", Static).render())
         assert "certified up to 1024 tokens: every gate passed up to 1024 tokens" in detail
         assert "verdict: baseline" in detail
+
+
+async def _cells_opened(pilot, app: EffctxApp) -> CellsScreen:
+    """The cells screen, opened before any turn, with its cells described."""
+    await wait_for(pilot, lambda: app.session_screen.ready)
+    await pilot.press("ctrl+o")
+    cells = app.screen
+    assert isinstance(cells, CellsScreen)
+    await wait_for(pilot, lambda: len(cells.cells) > 0)
+    await pilot.pause()
+    return cells
+
+
+def _note(cells: CellsScreen) -> str:
+    return str(cells.query_one("#cells-note", Static).render())
+
+
+async def test_the_cursor_opens_on_the_running_cell_and_enter_there_swaps_nothing(default_model):
+    from effctx_core.backends.profile_loader import load_profile
+
+    app = EffctxApp(profile=load_profile("q8"), max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(100, 30)) as pilot:
+        cells = await _cells_opened(pilot, app)
+        assert cells.cells[cells.query_one(DataTable).cursor_row].profile == "q8"
+        await pilot.press("enter")
+        assert [n.message for n in app._notifications][-1] == "That is the running cell."
+        assert app.engine.profile.name == "q8" and not cells.swapping
+
+
+async def test_enter_on_another_cell_asks_and_moving_the_cursor_forgets_the_question(default_model):
+    app = EffctxApp(max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(100, 30)) as pilot:
+        cells = await _cells_opened(pilot, app)
+        profiles = [c.profile for c in cells.cells]
+        table = cells.query_one(DataTable)
+        table.move_cursor(row=profiles.index("q8"))
+        await pilot.press("enter")
+        assert _note(cells) == "Swap the conversation to q8? Enter again to go ahead, or pick another cell."
+        await pilot.press("down", "up", "enter")  # away and back: it asks again
+        assert _note(cells) == "Swap the conversation to q8? Enter again to go ahead, or pick another cell."
+        assert app.engine.profile.name == "exact" and not cells.swapping
+
+
+async def test_home_and_end_go_to_the_first_and_last_cell(default_model):
+    app = EffctxApp(max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(100, 30)) as pilot:
+        cells = await _cells_opened(pilot, app)
+        table = cells.query_one(DataTable)
+        await pilot.press("end")
+        assert table.cursor_row == len(cells.cells) - 1
+        await pilot.press("home")
+        assert table.cursor_row == 0
+
+
+async def test_at_100x30_every_cell_its_certification_and_its_verdict_are_on_screen(default_model):
+    app = EffctxApp(max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(100, 30)) as pilot:
+        cells = await _cells_opened(pilot, app)
+        table = cells.query_one(DataTable)
+        assert table.max_scroll_y == 0 and table.scrollable_content_region.height >= 1 + len(cells.cells)
+        shown = [column.label.plain for column in table.columns.values()]
+        widths = [column.get_render_width(table) for column in table.columns.values()]
+        assert shown[2:4] == ["certification", "verdict"] and sum(widths[:4]) <= table.scrollable_content_region.width
+        detail = str(cells.query_one("#cells-detail", Static).render()).splitlines()
+        row = cells.rows[table.cursor_row]
+        assert detail[1] == f"{row.advertised}: {row.note}"
+        assert detail[2].startswith(("verdict: ", "no keep/drop verdicts: "))
+        assert cells.query_one("#cells-detail-box").scrollable_content_region.height >= 3
+
+
+async def test_the_residency_map_of_a_runtime_managed_cache_is_modeled_on_the_cells_screen(default_model):
+    app = EffctxApp(max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(160, 48)) as pilot:
+        cells = await _cells_opened(pilot, app)
+        assert {c.profile: c.residency for c in cells.cells} == {
+            "exact": "observed", "fast-long": "observed", "q8": "observed", "streaming": "observed",
+            "ov-evict": "modeled", "ov-exact": "observed", "ov-prefix-cache": "modeled", "llama-server": "modeled"}
+        cells.query_one(DataTable).move_cursor(row=[c.profile for c in cells.cells].index("ov-prefix-cache"))
+        await pilot.pause()
+        detail = str(cells.query_one("#cells-detail", Static).render())
+        assert ("residency map: modeled (the runtime manages its cache itself; effctx models which blocks it "
+                "holds)") in detail
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=["100x30", "160x48"])
+def test_snapshot_of_the_cells_screen_at(snap_compare, default_model, size, tmp_path, monkeypatch):
+    from tests.tui.test_visual_baselines import cells_described
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # only the built-in cells
+    app = EffctxApp(max_tokens=1, checkpoints=None, theme="effctx-dark")
+    assert snap_compare(app, terminal_size=size, run_before=cells_described)
