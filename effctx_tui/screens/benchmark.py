@@ -25,6 +25,7 @@ from effctx_core.bench.workloads import load_workload
 from effctx_core.cancel import CancelToken
 from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.profiles import Profile
+from effctx_tui.widgets.lists import ListTable
 
 THROUGHPUT_TITLE = ("Throughput (median tok/s; the ratio is the median of per-round ratios, "
                     "and other load on the CPU moves it by a few %)")
@@ -106,11 +107,11 @@ class BenchmarkScreen(Screen):
             yield Label("", id="bench-label")
             yield ProgressBar(id="bench-progress", show_eta=False)
         yield Label(THROUGHPUT_TITLE, classes="bench-title cell-part")
-        yield DataTable(id="bench-throughput", cursor_type="none", classes="cell-part")
+        yield ListTable(id="bench-throughput", cursor_type="none", classes="cell-part")
         yield Label("Answer quality (passkey)", classes="bench-title cell-part")
-        yield DataTable(id="bench-quality", cursor_type="none", classes="cell-part")
+        yield ListTable(id="bench-quality", cursor_type="none", classes="cell-part")
         yield Label(_workload_title(self.workload), id="bench-turns-title", classes="bench-title workload-part")
-        yield DataTable(id="bench-turns", cursor_type="none", classes="workload-part")
+        yield ListTable(id="bench-turns", cursor_type="none", classes="workload-part")
         yield PlotextPlot(id="bench-curve", classes="workload-part")
         yield Static("", id="bench-summary")
         yield Footer()

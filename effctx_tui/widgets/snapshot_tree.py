@@ -11,11 +11,11 @@ from typing import Mapping
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
-from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from effctx_core.engine import NodeRestore
 from effctx_core.snapshots.tree import Node, SnapshotTree
+from effctx_tui.widgets.lists import ListTree
 
 # Markers go before the label so that a long line scrolled off the right still shows them.
 CURRENT_MARK = "● "
@@ -74,7 +74,7 @@ def node_label(
     return text
 
 
-class SnapshotTreeView(Tree[str]):
+class SnapshotTreeView(ListTree):
     """Each Textual node's data is its snapshot node's id."""
 
     # Enter restores instead of toggling (space still toggles); a click only moves the
