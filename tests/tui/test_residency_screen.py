@@ -245,6 +245,23 @@ async def test_the_legend_counts_tokens_per_class_and_says_where_they_come_from(
         ]
 
 
+async def test_a_cache_the_runtime_manages_itself_is_modeled_here_as_on_the_cells_screen(tmp_path):
+    # ov-prefix-cache: openvino-genai's scheduler owns the paged cache and evicts nothing
+    # itself, so the map is modeled although no eviction is modeled from settings.
+    from effctx_core.backends.profile_loader import load_profile
+    from effctx_tui.app import EffctxApp
+    from tests.helpers.pilot_wait import wait_for
+    from tests.helpers.tiny_gguf import write_tiny_llama_gguf
+
+    tiny = write_tiny_llama_gguf(tmp_path / "tiny.gguf", n_ctx_train=8192)
+    app = EffctxApp(model=tiny, profile=load_profile("ov-prefix-cache"), max_tokens=1, checkpoints=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session_screen.ready, seconds=120)
+        await pilot.press("ctrl+r")
+        assert isinstance(app.screen, ResidencyScreen)
+        assert legend(app)[1] == "0 tokens · resident 0 / budget 4,096 · policy none · modeled"
+
+
 async def test_update_table_refreshes_legend_list_and_inspector_and_keeps_the_token():
     app = ResidencyApp()
     async with app.run_test(size=SIZE) as pilot:
@@ -354,3 +371,7 @@ def test_snapshot_block_zoom_with_an_evicted_block_inspected(snap_compare):
 
 def test_snapshot_token_zoom_with_a_shifted_user_block_inspected(snap_compare):
     assert snap_compare(ResidencyApp(), press=["right"] * 62 + ["z"], terminal_size=SIZE)
+
+
+def test_snapshot_block_zoom_at_160x48(snap_compare):
+    assert snap_compare(ResidencyApp(), press=["right"] * 12, terminal_size=(160, 48))
