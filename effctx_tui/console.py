@@ -1,6 +1,6 @@
 """What every effctx app has, with or without an engine behind it: the one stylesheet,
-themes from files (f2 cycles, the choice is remembered in settings.toml), the help screen
-(f1) and a command-palette entry for every key of the current screen.
+themes from files (f2 cycles, the choice is remembered in settings.toml), the help page
+(f1: terms and keys) and a command-palette entry for every key of the current screen.
 
 EffctxApp builds on it; tests build on it too, to show any screen in any theme.
 """
@@ -29,10 +29,12 @@ class ConsoleApp(App):
     # subclass, and subclasses live elsewhere (tests).
     CSS_PATH = str(Path(__file__).with_name("effctx.tcss"))
 
-    # `?` is bound too, but the footer shows f1: `?` is typed into an Input when one has
-    # the focus (the session prompt), f1 works everywhere.
     BINDINGS = [
-        Binding("f1,question_mark", "help", "Help", key_display="f1"),
+        # A priority binding: f1 opens the help from every screen, dialogs included, and
+        # with any widget focused. `?` too, but not as a priority: it is typed into an
+        # Input when one has the focus (the session prompt).
+        Binding("f1", "help", "Help", priority=True),
+        Binding("question_mark", "help", show=False),
         Binding("f2", "next_theme", "Theme"),
         # Textual's own ctrl+q, shown: a priority binding hides the screens' visible ones
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -84,7 +86,9 @@ class ConsoleApp(App):
     # ------------------------------------------------------------------ actions
 
     def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+        else:
             self.push_screen(HelpScreen())
 
     def action_next_theme(self) -> None:
@@ -102,8 +106,11 @@ class ConsoleApp(App):
     # ------------------------------------------------------------------ command palette
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        commands = list(super().get_system_commands(screen))
-        commands.append(SystemCommand("Help", "Every key of every screen (f1)", self.action_help))
+        # Textual's "Keys" (its key panel) would be a second help: the help page lists them all
+        commands = [command for command in super().get_system_commands(screen)
+                    if command.callback != self.action_show_help_panel]
+        commands.append(SystemCommand("Help", "What each term means, and every key of every screen (f1)",
+                                      self.action_help))
         commands.append(SystemCommand("Next theme", "Switch to the next effctx theme (f2)", self.action_next_theme))
         commands += [
             SystemCommand(f"Theme: {name}", f"Switch to the {name} theme", lambda name=name: self.set_theme(name))

@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+from textual.widgets import DataTable, Header, Label, ProgressBar, Static
 from textual_plotext import PlotextPlot
 
 from effctx_core.bench.cell import CellBenchPlan, CellBenchReport, run_cell_bench
@@ -25,6 +25,7 @@ from effctx_core.bench.workloads import load_workload
 from effctx_core.cancel import CancelToken
 from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.profiles import Profile
+from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.lists import ListTable
 
 THROUGHPUT_TITLE = ("Throughput (median tok/s; the ratio is the median of per-round ratios, "
@@ -114,7 +115,7 @@ class BenchmarkScreen(Screen):
         yield ListTable(id="bench-turns", cursor_type="none", classes="workload-part")
         yield PlotextPlot(id="bench-curve", classes="workload-part")
         yield Static("", id="bench-summary")
-        yield Footer()
+        yield EffctxFooter()
 
     def on_mount(self) -> None:
         self.query_one("#bench-throughput", DataTable).add_columns("", "prefill tok/s", "decode tok/s")

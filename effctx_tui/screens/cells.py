@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
+from textual.widgets import DataTable, Header, ProgressBar, Static
 
 from effctx_core.backends.registry import spec
 from effctx_core.cells import Cell
@@ -25,6 +25,7 @@ from effctx_core.events.subscribers import Unsubscribe
 from effctx_core.events.trace import PrefillChunk
 from effctx_core.residency.report import MODELED, OBSERVED
 from effctx_tui.messages import EngineEvent, post_events
+from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.lists import ListTable
 
 # The standing and the verdict come right after the name: a narrow terminal shows them
@@ -139,7 +140,7 @@ class CellsScreen(Screen):
         yield ListTable(id="cells-table", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="cells-detail-box"):
             yield Static("", id="cells-detail")
-        yield Footer()
+        yield EffctxFooter()
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*COLUMNS)

@@ -1,5 +1,6 @@
-"""Every key of the console, screen by screen, read from the BINDINGS themselves so the
-list cannot drift from what the keys do.
+"""The help page (f1): what each term the console shows means, in one line, then every
+key of the console, screen by screen, read from the BINDINGS themselves so the list
+cannot drift from what the keys do.
 
 Screens are found by importing every module of this package, so a new screen shows up
 here without an edit. A screen's keys also include those of the effctx widgets it hosts
@@ -14,15 +15,45 @@ import pkgutil
 import re
 from dataclasses import dataclass
 
+from rich.table import Table
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
+
+from effctx_tui.widgets.footer import EffctxFooter
 
 # Sections come in this order; screens not named here follow, alphabetically.
 ORDER = ("SessionScreen", "ResidencyScreen", "SnapshotsScreen", "DiffScreen")
+
+# The words the screens use without explaining them, in the order a newcomer meets them.
+# One line each, short enough for a 100-column terminal.
+TERMS: tuple[tuple[str, str], ...] = (
+    ("tape", "the tokens the runtime holds for this conversation, in order"),
+    ("block", "a run of consecutive tokens of the tape; residency is decided per block"),
+    ("sink", "the first tokens, always kept: attention leans on them"),
+    ("recent", "the latest tokens, always kept: what was just said"),
+    ("hot", "older blocks the policy keeps resident, as the budget allows"),
+    ("cold", "blocks parked outside the cache, recomputed when needed again"),
+    ("evicted", "blocks dropped from the cache: the model no longer sees them"),
+    ("policy, budget", "the rule that classes each block; the tokens it may keep resident"),
+    ("reused", "prompt tokens already resident from before, not computed again"),
+    ("prefilled", "prompt tokens the runtime computed for this turn"),
+    ("dropped", "resident tokens thrown away where the new prompt differs from them"),
+    ("observed", "read back from the runtime itself"),
+    ("modeled", "worked out by effctx from the settings; the runtime does not report it"),
+    ("segment", "what a token belongs to: system, user or assistant turn, prefix…"),
+    ("profile", "named runtime settings: backend, model, context size, KV types, policy"),
+    ("cell", "backend × version × device × model × profile: one way to run the model"),
+    ("certified", "a cell measured on this machine by effctx certify, with its gates passed"),
+    ("snapshot, node", "the session saved at a turn: its tokens and, if stored, its cache"),
+    ("restore, recompute", "back to a node from its stored cache; computed again if none"),
+    ("branch", "restore a node and continue differently from there"),
+    ("prefix cache", "stored caches of prompt starts (system prompt, document), reused"),
+    ("TTFT", "time to first token: from sending the prompt to the reply's first token"),
+)
 
 
 @dataclass(frozen=True)
@@ -111,8 +142,19 @@ def section_text(section: Section, key_width: int) -> Text:
     return text
 
 
+def terms_table() -> Table:
+    # a grid, so a line too long for a narrow terminal wraps under its own column
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(ratio=1)
+    for term, meaning in TERMS:
+        table.add_row(term, meaning)
+    return table
+
+
 class HelpScreen(Screen):
-    BINDINGS = [Binding("escape,f1,q", "app.pop_screen", "Close", key_display="esc")]
+    # f1 closes it too: the app's f1 (a priority binding) toggles the help
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "Close", key_display="esc")]
 
     DEFAULT_CSS = """
     HelpScreen {
@@ -124,15 +166,18 @@ class HelpScreen(Screen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.title = "Keys"
+        self.title = "Help"
+        self.sub_title = "terms, then keys"
 
     def compose(self) -> ComposeResult:
         found = sections(self.app)
         width = max((len(keys) for section in found for keys, _ in section.rows), default=0)
         yield Header(show_clock=False)
         with VerticalScroll(id="help-body"):
+            yield Static("Terms", classes="help-title")
+            yield Static(terms_table(), id="help-terms", classes="help-keys")
             for section in found:
                 slug = section.title.lower().replace(" ", "-")
                 yield Static(section.title, classes="help-title")
                 yield Static(section_text(section, width), id=f"help-{slug}", classes="help-keys")
-        yield Footer()
+        yield EffctxFooter()

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.widgets import Footer, Header, OptionList, Static
+from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from effctx_core.engine import ConsoleEngine
@@ -37,6 +37,7 @@ from effctx_core.residency.blocks import BlockClass, BlockTable
 from effctx_core.residency.report import MODELED, ResidencyReport
 from effctx_tui.messages import EngineEvent, post_events
 from effctx_tui.widgets.block_inspector import BlockInspector, token_span
+from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.residency_tape import Zoom
 from effctx_tui.widgets.residency_view import ResidencyView
 
@@ -167,7 +168,7 @@ class ResidencyScreen(Screen):
             with Vertical(id="residency-side"):
                 yield BlockInspector(id="inspector")
                 yield OptionList(id="evicted-ranges")
-        yield Footer()
+        yield EffctxFooter()
 
     def on_mount(self) -> None:
         view = self.query_one(ResidencyView)

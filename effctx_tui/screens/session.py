@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Label, ProgressBar
+from textual.widgets import Header, Input, Label, ProgressBar
 
 from effctx_core.bench.cell import CellBenchPlan
 from effctx_core.certify.matrix import cell_matrix
@@ -39,6 +39,7 @@ from effctx_tui.screens.cells import CellsScreen
 from effctx_tui.screens.residency import BudgetSteering, ResidencyScreen, changes_residency
 from effctx_tui.screens.snapshots import BRANCH, SnapshotsScreen
 from effctx_tui.screens.timings import TimingsScreen, engine_timeline
+from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.snapshot_tree import restore_summary
 from effctx_tui.widgets.status_line import StatusLine
@@ -162,7 +163,7 @@ class SessionScreen(Screen):
         yield ResidencyStrip(id="residency-strip")
         yield StatusLine(id="status")
         yield Input(placeholder="Loading the model…", id="prompt")
-        yield Footer()
+        yield EffctxFooter()
 
     def on_mount(self) -> None:
         if self._replay is not None:

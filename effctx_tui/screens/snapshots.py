@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static, Tree
+from textual.widgets import Header, Static, Tree
 
 from effctx_core.engine import EventSource, NodeRestore
 from effctx_core.events.subscribers import Unsubscribe
@@ -30,6 +30,7 @@ from effctx_core.snapshots.tree import SnapshotTree
 from effctx_tui.messages import EngineEvent, post_events
 from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
 from effctx_tui.screens.snapshot_diff import Detokenize, DiffReport, DiffScreen, describe_diff
+from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.snapshot_details import SnapshotDetails
 from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, restore_summary
 
@@ -138,7 +139,7 @@ class SnapshotsScreen(Screen[str | None]):
         yield Static(id="snapshots-status")
         yield SnapshotTreeView(id="snapshot-tree")
         yield SnapshotDetails(id="snapshot-details")
-        yield Footer()
+        yield EffctxFooter()
 
     def on_mount(self) -> None:
         view = self.query_one(SnapshotTreeView)

@@ -17,9 +17,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from effctx_core.events.timeline import Explanation, Timeline
+from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.timing_charts import CHARTS, REUSED
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class TimingsScreen(Screen):
             yield Static(id="timings-summary")
         with VerticalScroll(id="timings-explainer"):
             yield Static(id="timings-table")
-        yield Footer()
+        yield EffctxFooter()
 
     def on_mount(self) -> None:
         self.query_one("#timings-explainer").border_title = "Why each turn reused what it reused"

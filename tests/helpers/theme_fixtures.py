@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from effctx_core.residency.report import OBSERVED
 from effctx_tui.console import ConsoleApp
 from effctx_tui.screens.residency import ResidencyScreen
 from effctx_tui.screens.snapshots import SnapshotsScreen
+from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from tests.helpers.residency_tape import SIZE, planned_tape
 from tests.helpers.snapshot_fixtures import fake_detokenize, fixed_restores, fixed_tree
@@ -31,7 +31,7 @@ def config_home(tmp_path, monkeypatch):
 class StripScreen(Screen):
     def compose(self) -> ComposeResult:
         yield ResidencyStrip(planned_tape(), id="residency-strip")
-        yield Footer()
+        yield EffctxFooter()
 
 
 class StripApp(ConsoleApp):

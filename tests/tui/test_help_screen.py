@@ -1,8 +1,10 @@
-"""The help screen (f1, or ? where no Input has the focus) lists every key of every
-screen; every key is also a command in the palette and shown in the footer."""
+"""The help page (f1 from every screen, or ? where no Input has the focus) explains each
+term in one line and lists every key of every screen; every key is also a command in the
+palette and shown in the footer."""
 
 from __future__ import annotations
 
+import pytest
 from textual.app import App
 from textual.widgets import Footer, Input, Static
 from textual.widgets._footer import FooterKey
@@ -10,6 +12,7 @@ from textual.widgets._footer import FooterKey
 from effctx_tui.console import ConsoleApp
 from effctx_tui.screens.help import HelpScreen
 from effctx_tui.screens.session import SessionScreen
+from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
 from tests.helpers.theme_fixtures import SIZE, StripApp, ThemedResidencyApp, config_home  # noqa: F401 - fixture
 
 
@@ -22,7 +25,7 @@ class SessionApp(ConsoleApp):
 
 def help_rows(app: App, section: str) -> list[tuple[str, str]]:
     text = str(app.screen.query_one(f"#help-{section}", Static).render())
-    return [tuple(line.strip().split("  ", 1)) for line in text.splitlines()]
+    return [tuple(part.strip() for part in line.strip().split("  ", 1)) for line in text.splitlines()]
 
 
 async def test_f1_opens_the_help_and_f1_or_escape_closes_it(config_home):
@@ -34,6 +37,36 @@ async def test_f1_opens_the_help_and_f1_or_escape_closes_it(config_home):
         assert not isinstance(app.screen, HelpScreen)
         await pilot.press("f1", "escape")
         assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_f1_opens_the_help_from_a_dialog_and_from_a_focused_input(config_home):
+    app = StripApp()
+    async with app.run_test(size=SIZE) as pilot:
+        for dialog in (ConfirmDialog("Delete n3?"), RenameDialog("n3", "turn")):
+            app.push_screen(dialog)
+            await pilot.pause()
+            await pilot.press("f1")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("f1")
+            assert app.screen is dialog
+            dialog.dismiss(None)
+            await pilot.pause()
+
+
+async def test_the_help_explains_each_term_the_console_shows_in_one_line(config_home):
+    app = StripApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("f1")
+        titles = [str(w.render()) for w in app.screen.query(".help-title")]
+        assert titles[:2] == ["Terms", "Everywhere"]
+        terms = app.screen.query_one("#help-terms")
+        # one line each at 100 columns: nothing wraps
+        lines = [terms.render_line(y).text.rstrip() for y in range(terms.size.height)]
+        assert [line.split("  ")[0] for line in lines] == [
+            "tape", "block", "sink", "recent", "hot", "cold", "evicted", "policy, budget", "reused", "prefilled",
+            "dropped", "observed", "modeled", "segment", "profile", "cell", "certified", "snapshot, node",
+            "restore, recompute", "branch", "prefix cache", "TTFT"]
+        assert lines[2] == "sink" + " " * 16 + "the first tokens, always kept: attention leans on them"
 
 
 async def test_question_mark_opens_the_help_but_is_typed_into_the_prompt(config_home):
@@ -79,14 +112,27 @@ async def test_every_screen_has_a_section_with_the_keys_of_the_widgets_it_hosts(
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f1")
         titles = [str(w.render()) for w in app.screen.query(".help-title")]
-        assert titles == ["Everywhere", "Session", "Residency", "Snapshots", "Diff", "Benchmark", "Cells",
+        assert titles == ["Terms", "Everywhere", "Session", "Residency", "Snapshots", "Diff", "Benchmark", "Cells",
                           "Confirm dialog", "Rename dialog", "Timings"]
         assert help_rows(app, "residency") == [
             ("esc", "Back"), ("[", "Budget −"), ("]", "Budget +"), ("c", "Recompute cold"), ("←→", "Block"), ("→ l", "Next block"), ("↑↓", "Row"), ("↓ j", "Next row"),
             ("pgup", "Page up"), ("pgdn", "Page down"), ("home", "First block"), ("end", "Last block"),
             ("z +", "Zoom"), ("Z -", "Zoom out"),
         ]
-        assert help_rows(app, "snapshots")[-1] == ("⏎", "Restore")  # the tree's own key
+        # the tree's own keys
+        assert help_rows(app, "snapshots")[-3:] == [("⏎", "Restore"), ("home", "First"), ("end", "Last")]
+
+
+async def test_the_palette_has_one_help_entry_and_it_opens_the_help(config_home):
+    app = SessionApp()
+    async with app.run_test(size=(160, 30)) as pilot:
+        commands = app.get_system_commands(app.screen)
+        helps = [(c.title, c.help) for c in commands if "help" in c.title.lower() or "help" in c.help.lower()
+                 or c.title == "Keys"]
+        assert helps == [("Help", "What each term means, and every key of every screen (f1)")]
+        next(c for c in commands if c.title == "Help").callback()
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
 
 
 async def test_every_session_key_is_a_palette_command_and_in_the_footer(config_home):
@@ -103,5 +149,6 @@ async def test_every_session_key_is_a_palette_command_and_in_the_footer(config_h
                           ("f1", "Help"), ("f2", "Theme"), ("^p", "palette")]
 
 
-def test_snapshot_the_help_screen(snap_compare, config_home):
-    assert snap_compare(StripApp(theme="effctx-dark"), press=["f1"], terminal_size=(90, 60))
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=lambda size: f"{size[0]}x{size[1]}")
+def test_snapshot_the_help_screen(snap_compare, config_home, size):
+    assert snap_compare(StripApp(theme="effctx-dark"), press=["f1"], terminal_size=size)

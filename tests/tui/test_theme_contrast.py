@@ -31,6 +31,8 @@ TEXT_PAIRS: list[tuple[str, str | tuple[str, ...]]] = [
     # the titles of the panes, drawn in their frame's colour
     ("panel-lighten-2", "background"), ("panel-lighten-2", "surface"),
     ("footer-key-foreground", "footer-background"), ("footer-description-foreground", "footer-background"),
+    # an Input's placeholder, which says what to type or why it is disabled (the prompt)
+    ("text-disabled", "surface"),
     # the cursor row of lists, tables and trees
     ("block-cursor-foreground", "block-cursor-background"),
     # ... and when the list has not the focus

@@ -1,0 +1,64 @@
+"""The footer of every screen keeps the keys that work everywhere (quit, help, theme, the
+palette) at its right end whatever the width; the screen's own keys fill the room left,
+each whole or not at all."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
+
+from tests.helpers.theme_fixtures import config_home  # noqa: F401 - fixture
+from tests.tui.test_help_screen import SessionApp
+from tests.tui.test_visual_baselines import demo_app, played_to_the_end
+
+EVERYWHERE = [("^q", "Quit"), ("f1", "Help"), ("f2", "Theme"), ("^p", "palette")]
+SESSION_KEYS = [("^n", "New conversation"), ("^r", "Residency"), ("^t", "Snapshots"), ("^g", "Timings"),
+                ("^o", "Cells"), ("^b", "Benchmark")]
+
+
+def shown(app) -> list[tuple[str, str]]:
+    """The footer's keys a user sees, left to right."""
+    keys = [key for key in app.screen.query_one(Footer).query(FooterKey) if key.display and key.region.width]
+    return [(key.key_display, key.description) for key in sorted(keys, key=lambda key: key.region.x)]
+
+
+async def ready_session(pilot) -> None:
+    """The session screen as it is with a model open and no turn running."""
+    screen = pilot.app.screen
+    screen.ready = True
+    screen.refresh_bindings()
+    await pilot.pause()
+    await pilot.pause()
+
+
+async def test_at_160_columns_the_footer_shows_every_key(config_home):
+    app = SessionApp()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await ready_session(pilot)
+        assert shown(app) == SESSION_KEYS + EVERYWHERE
+
+
+async def test_at_100_columns_quit_help_and_theme_stay_and_the_screen_keys_that_do_not_fit_go_whole(config_home):
+    app = SessionApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready_session(pilot)
+        assert shown(app) == SESSION_KEYS[:4] + EVERYWHERE
+        keys = [key for key in app.screen.query_one(Footer).query(FooterKey) if key.display]
+        assert all(key.region.right <= 100 for key in keys)
+        for left, right in zip(keys, keys[1:]):
+            assert left.region.right <= right.region.x, f"{left.description} runs into {right.description}"
+
+
+async def test_a_wider_terminal_brings_the_keys_back(config_home):
+    app = SessionApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready_session(pilot)
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause()
+        assert shown(app) == SESSION_KEYS + EVERYWHERE
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=lambda size: f"{size[0]}x{size[1]}")
+def test_snapshot_of_the_session_footer_after_the_chat_demo(snap_compare, utc, size):
+    assert snap_compare(demo_app("effctx-dark"), terminal_size=size, run_before=played_to_the_end)
