@@ -20,6 +20,7 @@ import openvino as ov
 import pytest
 
 from effctx_core.backends.gguf.binding import llama_cpp
+from effctx_core.backends.openvino import convert as convert_module
 from effctx_core.backends.openvino.convert import ConversionError, convert_gguf, converted_dir
 from effctx_core.models import sha256_file
 from tests.helpers.tiny_gguf import write_tiny_llama_gguf
@@ -117,6 +118,34 @@ def test_a_second_conversion_is_the_cached_one(tmp_path, monkeypatch):
     assert second.path == first.path and second.xml.stat().st_mtime_ns == mtime
     assert first.manifest["source_sha256"] == second.manifest["source_sha256"]
     assert [p.name for p in first.path.parent.iterdir()] == [first.path.name]  # no temporary folder left
+
+
+def conversion_progress(source: Path, out: Path) -> list[tuple[int, int]]:
+    """(done, total) of each report of the weights' conversion, in order."""
+    calls: list[tuple[str, int, int]] = []
+    convert_gguf(source, "int8", lambda stage, done, total: calls.append((stage, done, total)), out_dir=out)
+    return [(done, total) for stage, done, total in calls if stage == "converting weights"]
+
+
+def test_the_conversion_counts_the_bytes_of_the_tensors_rising_by_at_most_one_tensor(tiny, tmp_path):
+    sizes = [t.data.nbytes for t in gguf.GGUFReader(tiny[0]).tensors]
+    reports = conversion_progress(tiny[0], tmp_path / "ir")
+    done = [0] + [d for d, _ in reports]
+    assert {total for _, total in reports} == {sum(sizes)}
+    assert done[-1] == sum(sizes)
+    assert 0 < max(b - a for a, b in zip(done, done[1:])) <= max(sizes)
+    assert all(b > a for a, b in zip(done, done[1:]))
+
+
+def test_a_tensor_larger_than_a_slice_is_counted_slice_by_slice_and_converted_the_same(tiny, tmp_path, monkeypatch):
+    whole = convert_gguf(tiny[0], "int8", out_dir=tmp_path / "whole").path / "openvino_model.bin"
+    monkeypatch.setattr(convert_module, "_SLICE_BYTES", 16 * 1024)
+    reports = conversion_progress(tiny[0], tmp_path / "sliced")
+    done = [0] + [d for d, _ in reports]
+    embedding = gguf.GGUFReader(tiny[0]).get_tensor(0)
+    assert embedding.name == "token_embd.weight" and embedding.data.nbytes > 14 * 16 * 1024
+    assert max(b - a for a, b in zip(done, done[1:])) <= 16 * 1024
+    assert (tmp_path / "sliced" / "openvino_model.bin").read_bytes() == whole.read_bytes()
 
 
 def test_an_architecture_the_converter_does_not_know_is_one_line(tmp_path):
