@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,7 +32,6 @@ class ChatFormat:
     name: str
     user_prefix: str
     assistant_prefix: str
-    stop: tuple[str, ...]
 
     # Whether the rendered text holds control-token text to tokenize as those tokens.
     special_tokens: bool = False
@@ -47,6 +47,12 @@ class ChatFormat:
         reply by starting the next turn, so a reply that ends on exactly this keeps it."""
         return "\n" + self.user_prefix.rstrip()
 
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """Every speaker's label at the start of a line: a base model that goes on past its
+        reply writes the next turn, the user's or a made-up one of its own."""
+        return self.turn_opening, "\n" + self.assistant_prefix.rstrip()
+
     def render_turn(self, user_text: str, first: bool, opened: bool = False) -> str:
         """The text a new user turn adds to the tape, ending where the model writes;
         `opened`: the tape already ends with the turn's opening."""
@@ -61,7 +67,6 @@ PLAIN_TRANSCRIPT = ChatFormat(
     name="plain-transcript-v1",
     user_prefix="User: ",
     assistant_prefix="Assistant:",
-    stop=("\nUser:",),
 )
 
 
@@ -98,9 +103,14 @@ class TemplateFormat:
 
     @property
     def stop(self) -> tuple[str, ...]:
-        # A model whose end of turn is not an end-of-generation token writes the next
-        # turn's opening instead; with an empty opening there is nothing to stop on.
-        return (self.turn_opening,) if self.turn_opening else ()
+        """The turn markers a reply must not run on into: the next user turn's opening,
+        the user's label alone (what the first turn and every later one end their lead
+        with), and the assistant's (a made-up turn of its own). A model whose end of turn
+        is not an end-of-generation token writes one of them instead. Empty ones (a
+        template without markers) are nothing to stop on."""
+        user_label = os.path.commonprefix([self.head[::-1], self.reply_end[::-1]])[::-1].strip()
+        labels = (self.turn_opening, user_label, self.generation_prompt.strip())
+        return tuple(dict.fromkeys(label for label in labels if label))
 
     def render_turn(self, user_text: str, first: bool, opened: bool = False) -> str:
         """The text a new user turn adds to the tape, ending where the model writes;

@@ -72,8 +72,11 @@ def test_the_plain_transcript_renders_turns_as_it_always_has() -> None:
     assert fmt.render_turn("  Hello \n", first=True) == "User: Hello\nAssistant:"
     assert fmt.render_turn("Again", first=False) == "\nUser: Again\nAssistant:"
     assert fmt.render_turn("Again", first=False, opened=True) == " Again\nAssistant:"
-    assert (fmt.identity, fmt.stop, fmt.turn_opening, fmt.special_tokens) == (
-        "plain-transcript-v1", ("\nUser:",), "\nUser:", False)
+    assert (fmt.identity, fmt.turn_opening, fmt.special_tokens) == ("plain-transcript-v1", "\nUser:", False)
+
+
+def test_the_plain_transcript_stops_on_either_speakers_label_at_the_start_of_a_line() -> None:
+    assert PLAIN_TRANSCRIPT.stop == ("\nUser:", "\nAssistant:")
 
 
 # --------------------------------------------------------------------------- a ChatML template
@@ -102,8 +105,17 @@ def test_the_turns_add_up_to_what_the_template_renders_for_the_conversation() ->
 
 def test_a_reply_that_wrote_the_opening_itself_gets_only_the_rest_of_it() -> None:
     fmt = template_format(CHATML)
-    assert (fmt.turn_opening, fmt.stop) == ("<|im_end|>\n<|im_start|>user", ("<|im_end|>\n<|im_start|>user",))
+    assert fmt.turn_opening == "<|im_end|>\n<|im_start|>user"
     assert fmt.render_turn("Again", first=False, opened=True) == "\nAgain<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_chatml_reply_stops_on_the_next_turns_opening_and_on_either_speakers_marker() -> None:
+    assert template_format(CHATML).stop == (
+        "<|im_end|>\n<|im_start|>user", "<|im_start|>user", "<|im_end|>\n<|im_start|>assistant")
+
+
+def test_a_llama2_reply_stops_on_the_next_turns_opening_and_on_either_speakers_marker() -> None:
+    assert template_format(LLAMA2, TOKEN_TEXT).stop == (" </s><s>[INST]", "[INST]", "[/INST]")
 
 
 def test_template_text_is_tokenized_with_special_tokens() -> None:

@@ -47,6 +47,15 @@ def test_a_reply_that_opens_the_next_turn_keeps_the_opening_and_the_next_turn_go
         f"User: What is the capital of France?\nAssistant:{first.text}\nUser: And of Italy?\nAssistant:")
 
 
+def test_a_reply_that_goes_on_into_a_made_up_assistant_turn_stops_at_its_label(engine):
+    # Greedy, the base model answers this by playing both sides: its reply repeats the
+    # request, invents a "Student:" line and then writes "Assistant:" again.
+    result = engine.chat("I need help with my homework.", DecodeConfig(max_tokens=60))
+    assert (result.stop_reason, result.text) == (
+        "stop", " I need help with my homework.\nStudent: I need help with my homework.")
+    assert engine.detokenize(engine.tape).endswith("\nAssistant:" + result.text)
+
+
 def test_a_stop_text_that_is_not_the_turn_opening_is_dropped_from_the_tape(engine):
     first = engine.complete("Count: one, two,", DecodeConfig(max_tokens=16, stop=(", four",)))
     kept = len(engine.tape)
