@@ -13,7 +13,7 @@ import pytest
 from textual.color import Color
 
 from effctx_tui.console import ConsoleApp
-from effctx_tui.themes import load_themes
+from effctx_tui.themes import builtin_theme_files, load_theme_file
 from tests.helpers.theme_fixtures import config_home  # noqa: F401 - fixture
 
 AA = 4.5
@@ -69,7 +69,7 @@ def test_contrast_is_the_wcag_ratio():
     assert contrast(Color.parse("#777777"), Color.parse("#ffffff")) == contrast(Color.parse("#ffffff"), Color.parse("#777777"))
 
 
-@pytest.mark.parametrize("theme", [t.name for t in load_themes().themes])
+@pytest.mark.parametrize("theme", [load_theme_file(path).name for path in builtin_theme_files()])
 def test_every_text_colour_of_the_theme_meets_wcag_aa(config_home, theme):
     variables = ConsoleApp(theme=theme).get_css_variables()
     page = Color.parse(variables["background"])
