@@ -227,6 +227,20 @@ async def test_at_100x30_every_cell_its_certification_and_its_verdict_are_on_scr
         assert cells.query_one("#cells-detail-box").scrollable_content_region.height >= 3
 
 
+async def test_at_100x30_the_other_settings_scroll_into_view_and_the_detail_scrolls(default_model):
+    app = EffctxApp(max_tokens=1, checkpoints=None)
+    async with app.run_test(size=(100, 30)) as pilot:
+        cells = await _cells_opened(pilot, app)
+        table = cells.query_one(DataTable)
+        await pilot.press(*["right"] * 40)
+        await pilot.pause(0.5)  # the table scrolls with an animation
+        assert 0 < table.max_scroll_x == table.scroll_x
+        box = cells.query_one("#cells-detail-box")
+        await pilot.press("tab", "down")
+        await pilot.pause(0.5)
+        assert box.has_focus and box.max_scroll_y > 0 and box.scroll_y == 1
+
+
 async def test_the_residency_map_of_a_runtime_managed_cache_is_modeled_on_the_cells_screen(default_model):
     app = EffctxApp(max_tokens=1, checkpoints=None)
     async with app.run_test(size=(160, 48)) as pilot:
