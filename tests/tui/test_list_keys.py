@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import Callable
 
 from textual.app import App, ComposeResult
+from textual.widget import Widget
 from textual.widgets import OptionList
 
 from effctx_core.events.reader import read_trace
@@ -33,39 +35,37 @@ class ListsApp(App):
         self.query_one("#tree").styles.height = 8
 
 
+async def end_then_home(pilot, widget: Widget, where: Callable[[], object]) -> tuple[object, object]:
+    """`where` the focused widget is after End, then after Home."""
+    widget.focus()
+    await pilot.press("end")
+    await pilot.wait_for_scheduled_animations()
+    after_end = where()
+    await pilot.press("home")
+    await pilot.wait_for_scheduled_animations()
+    return after_end, where()
+
+
 async def test_home_and_end_move_a_row_cursor_to_the_first_and_last_row():
     app = ListsApp()
     async with app.run_test(size=(60, 30)) as pilot:
         table = app.query_one("#rows", ListTable)
-        table.focus()
-        await pilot.press("end")
-        assert table.cursor_row == 29
-        await pilot.press("home")
-        assert table.cursor_row == 0
+        assert await end_then_home(pilot, table, lambda: table.cursor_row) == (29, 0)
 
 
 async def test_home_and_end_scroll_a_table_without_a_cursor_to_its_top_and_bottom():
     app = ListsApp()
     async with app.run_test(size=(60, 30)) as pilot:
         table = app.query_one("#plain", ListTable)
-        table.focus()
-        await pilot.press("end")
-        await pilot.pause()
-        assert table.max_scroll_y > 0 and table.scroll_y == table.max_scroll_y
-        await pilot.press("home")
-        await pilot.pause()
-        assert table.scroll_y == 0
+        assert table.max_scroll_y > 0
+        assert await end_then_home(pilot, table, lambda: table.scroll_y) == (table.max_scroll_y, 0)
 
 
 async def test_home_and_end_move_a_tree_cursor_to_its_first_and_last_line():
     app = ListsApp()
     async with app.run_test(size=(60, 30)) as pilot:
         tree = app.query_one("#tree", ListTree)
-        tree.focus()
-        await pilot.press("end")
-        assert tree.cursor_line == 30 and str(tree.cursor_node.label) == "leaf 29"
-        await pilot.press("home")
-        assert tree.cursor_line == 0 and tree.cursor_node is tree.root
+        assert await end_then_home(pilot, tree, lambda: str(tree.cursor_node.label)) == ("leaf 29", "root")
 
 
 async def test_home_and_end_walk_the_snapshot_tree_of_the_chat_demo():
@@ -76,11 +76,8 @@ async def test_home_and_end_walk_the_snapshot_tree_of_the_chat_demo():
         await pilot.press("ctrl+t")
         assert isinstance(app.screen, SnapshotsScreen)
         tree = app.screen.query_one(SnapshotTreeView)
-        tree.focus()
-        await pilot.press("end")
-        assert tree.cursor_line == tree.last_line > 0
-        await pilot.press("home")
-        assert tree.cursor_line == 0
+        assert tree.last_line > 0
+        assert await end_then_home(pilot, tree, lambda: tree.cursor_line) == (tree.last_line, 0)
 
 
 async def test_home_and_end_go_to_the_first_and_last_evicted_range():
@@ -89,8 +86,5 @@ async def test_home_and_end_go_to_the_first_and_last_evicted_range():
     app = ResidencyApp()
     async with app.run_test(size=(100, 30)) as pilot:
         ranges = app.screen.query_one("#evicted-ranges", OptionList)
-        ranges.focus()
-        await pilot.press("end")
-        assert ranges.highlighted == ranges.option_count - 1 > 0
-        await pilot.press("home")
-        assert ranges.highlighted == 0
+        assert ranges.option_count > 1
+        assert await end_then_home(pilot, ranges, lambda: ranges.highlighted) == (ranges.option_count - 1, 0)
