@@ -7,6 +7,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+import pytest
 from textual.widgets import Footer, Input, Static
 from textual.widgets._footer import FooterKey
 
@@ -123,6 +124,12 @@ async def test_space_at_the_end_plays_the_recording_again_from_its_start():
         turns = [str(w.render()) for w in screen.query_one(Transcript).children]
         assert turns[0::2] == ["What is the capital of France?", "And of Italy?", "Tell me about the sky."]
         assert [n.label for n in app.engine.tree] == ["start", *turns[0::2]]
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)])
+def test_snapshot_of_a_paused_replay_at_its_start(snap_compare, size):
+    # the footer a replay opens with: its own keys first, then the views it can show
+    assert snap_compare(EffctxApp(replay=demo("chat"), replay_paused=True, theme="effctx-dark"), terminal_size=size)
 
 
 def test_a_damaged_trace_is_refused_in_one_line(tmp_path):
