@@ -9,7 +9,7 @@ ReplayError, so a front end asks `can_run` instead of asking which engine it hol
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Iterable, Protocol, Sequence
 
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine.records import NodeRestore, SwapResult
@@ -73,6 +73,11 @@ class ConsoleEngine(EventSource, Protocol):
     def tree(self) -> SnapshotTree: ...
 
     def detokenize(self, tokens: Sequence[int]) -> str: ...
+
+    def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
+        """Of these saved-state keys (tree nodes' blobs), the ones the engine's store does
+        not hold, each with why ("quarantined", "not in the store", "checkpoints off")."""
+        ...
 
     # ------------------------------------------------------------------ commands
 

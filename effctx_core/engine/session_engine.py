@@ -13,7 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -142,6 +142,11 @@ class SessionEngine:
     @property
     def checkpoints(self) -> SnapshotStore | None:
         return self._checkpointer.store
+
+    def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
+        """Of these saved states, the ones the checkpoint store does not hold, each with why."""
+        store = self._checkpointer.store
+        return {key: "checkpoints off" for key in keys} if store is None else store.missing_states(keys)
 
     @property
     def residency(self) -> ResidencyTracker:

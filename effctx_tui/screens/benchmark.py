@@ -28,8 +28,8 @@ from effctx_core.profiles import Profile
 from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.lists import ListTable
 
-THROUGHPUT_TITLE = ("Throughput (median tok/s; the ratio is the median of per-round ratios, "
-                    "and other load on the CPU moves it by a few %)")
+# Each title fits a 100-column screen; what its figures mean is in the note above them.
+THROUGHPUT_TITLE = "Throughput (median tok/s of the rounds)"
 
 
 def _number(value: float, places: int) -> Text:
@@ -37,7 +37,7 @@ def _number(value: float, places: int) -> Text:
 
 
 def _workload_title(workload: str) -> str:
-    return f"Workload {workload}: each turn through effctx beside the library's own control (ctl), times in ms"
+    return f"Workload {workload}: each turn, effctx beside the library's control (ctl), in ms"
 
 
 class BenchmarkScreen(Screen):
@@ -93,19 +93,17 @@ class BenchmarkScreen(Screen):
     def running(self) -> bool:
         return self._token is not None
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Run and Workload are hidden while a measurement runs: one at a time."""
-        return not (self.running and action in ("run", "workload"))
-
     def compose(self) -> ComposeResult:
         p = self.plan
         yield Header(show_clock=False)
+        # One short line each, so that a 100-column screen wraps none of them.
         yield Static(
             f"The running cell ({self.profile.name}) on sessions of its own; the conversation is not touched.\n"
-            f"Throughput: a {p.prompt_tokens}-token prompt, {p.decode_tokens} decoded, {p.rounds} rounds of the engine "
-            f"against the backend's direct loop and its library's own API. Quality: the passkey smoke at {p.passkey_length(self.profile)} tokens, "
-            f"depths {', '.join(str(d) for d in p.depths)}. r runs; w runs the workload {self.workload} instead, each turn "
-            f"beside the library's own control, with the TTFT curve. Esc cancels.",
+            f"r  throughput: a {p.prompt_tokens}-token prompt, {p.decode_tokens} decoded, {p.rounds} rounds, the engine\n"
+            f"   against the backend's direct loop and the library's API (ratios: median of per-round ratios;\n"
+            f"   other load on the CPU moves them a few %); the passkey at {p.passkey_length(self.profile)} tokens, "
+            f"depths {', '.join(str(d) for d in p.depths)}\n"
+            f"w  workload {self.workload}: each turn beside the library's own control, with the TTFT curve",
             id="bench-note",
         )
         with Horizontal(id="bench-progress-row"):
@@ -132,6 +130,8 @@ class BenchmarkScreen(Screen):
         plt.ylabel("TTFT ms")
 
     def action_run(self) -> None:
+        if self.running:
+            return
         if self._is_busy():
             self.notify("A reply is still running; Esc on the session screen stops it.", severity="warning")
             return
@@ -140,12 +140,13 @@ class BenchmarkScreen(Screen):
         self.remove_class("-workload")
         self.query_one("#bench-summary", Static).update("")
         self._token = CancelToken()
-        self.refresh_bindings()
         self.query_one("#bench-progress-row").add_class("-running")
         self._show_progress("starting", 0, self.plan.steps)
         self._run(self._token)
 
     def action_workload(self) -> None:
+        if self.running:
+            return
         if self._is_busy():
             self.notify("A reply is still running; Esc on the session screen stops it.", severity="warning")
             return
@@ -158,7 +159,6 @@ class BenchmarkScreen(Screen):
         self.add_class("-workload")
         self.query_one("#bench-summary", Static).update("")
         self._token = CancelToken()
-        self.refresh_bindings()
         self.query_one("#bench-progress-row").add_class("-running")
         self._show_progress("starting", 0, None)  # the steps are known once the workload is read
         self._run_workload(self._token)
@@ -209,7 +209,6 @@ class BenchmarkScreen(Screen):
         """A run ended: the progress row goes; the summary line, unless it failed or was
         cancelled, which the summary then says."""
         self._token = None
-        self.refresh_bindings()
         self.query_one("#bench-progress-row").remove_class("-running")
         summary = self.query_one("#bench-summary", Static)
         if message.report is None:

@@ -1,4 +1,5 @@
-"""Where two snapshot nodes part: the tokens they share, and each one's tail as text."""
+"""Where two snapshot nodes part: the text they share up to there, then each one's own
+text after it; `t` shows the same places as token ids."""
 
 from __future__ import annotations
 
@@ -16,49 +17,77 @@ from effctx_core.snapshots.tree import SnapshotTree, TreeDiff
 
 Detokenize = Callable[[Sequence[int]], str]
 
+# How much of the shared tape is shown before the divergence: enough to recognise where
+# in the conversation the two part, short enough that the two sides stay in view.
+SHARED_CONTEXT = 24
+
 
 @dataclass(frozen=True)
 class DiffReport:
     diff: TreeDiff
     label_a: str
     label_b: str
+    shared_tail: tuple[int, ...]  # the last tokens of the common prefix
+    shared_text: str  # shared_tail detokenized
     text_a: str  # tail_a detokenized
     text_b: str
 
     def summary(self) -> str:
         d = self.diff
         if d.identical:
-            return f"the tapes are identical ({d.common_prefix:,} tokens)"
-        token = lambda t: "end of tape" if t is None else f"id {t}"  # noqa: E731
-        return (f"common prefix {d.common_prefix:,} tokens · first divergent token {d.divergence:,}"
-                f" ({d.a}: {token(d.token_a)}, {d.b}: {token(d.token_b)})")
+            return f"{d.a} and {d.b} hold the same tape of {d.common_prefix:,} tokens"
+        if not d.tail_a or not d.tail_b:
+            short, long_, tail = (d.a, d.b, d.tail_b) if not d.tail_a else (d.b, d.a, d.tail_a)
+            return f"{long_} goes on where {short} ends: {short}'s {d.common_prefix:,} tokens, then {len(tail):,} more"
+        return (f"{d.a} and {d.b} share {d.common_prefix:,} tokens, then part: "
+                f"{d.a} has {len(d.tail_a):,} more, {d.b} {len(d.tail_b):,} more")
 
 
 def describe_diff(tree: SnapshotTree, a: str, b: str, detokenize: Detokenize) -> DiffReport:
     """Tapes and detokenizing: call it on a worker thread."""
     diff = tree.diff(a, b)
     label = lambda nid: tree.node(nid).label or nid  # noqa: E731
-    return DiffReport(diff, label(a), label(b), detokenize(diff.tail_a), detokenize(diff.tail_b))
+    shared = tuple(tree.tape(a)[max(0, diff.common_prefix - SHARED_CONTEXT):diff.common_prefix])
+    return DiffReport(diff, label(a), label(b), shared, detokenize(shared),
+                      detokenize(diff.tail_a), detokenize(diff.tail_b))
+
+
+def token_ids(tokens: Sequence[int]) -> str:
+    return " ".join(str(t) for t in tokens)
 
 
 class DiffScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q", "close", "Close")]
+    BINDINGS = [
+        Binding("t", "toggle_ids", "Text / token ids"),
+        Binding("escape,q", "close", "Close"),
+    ]
 
     DEFAULT_CSS = """
     DiffScreen {
         align: center middle;
         #diff-box {
             width: 90%;
-            height: 80%;
+            max-width: 140;
+            height: auto;
+            max-height: 100%;
             border: round $accent;
             border-title-color: $foreground;
+            border-subtitle-color: $foreground-muted;
             background: $surface;
             padding: 0 1;
         }
-        #diff-summary { height: auto; margin-bottom: 1; }
-        #diff-tails { height: 1fr; }
+        #diff-summary { height: auto; }
+        #diff-shared {
+            height: auto;
+            max-height: 4;
+            margin-bottom: 1;
+            color: $foreground-muted;
+        }
+        #diff-tails { height: auto; }
         .diff-tail {
             width: 1fr;
+            height: auto;
+            max-height: 60vh;
             border: round $panel-lighten-2;
             border-title-color: $foreground;
             padding: 0 1;
@@ -69,24 +98,42 @@ class DiffScreen(ModalScreen[None]):
     def __init__(self, report: DiffReport) -> None:
         super().__init__()
         self.report = report
+        self.show_ids = False
 
     def compose(self) -> ComposeResult:
         r, d = self.report, self.report.diff
         with Vertical(id="diff-box"):
             yield Static(Text(r.summary(), style="bold"), id="diff-summary")
+            yield Static(id="diff-shared")
             with Horizontal(id="diff-tails"):
-                for side, nid, label, tail, text in (
-                    ("a", d.a, r.label_a, d.tail_a, r.text_a),
-                    ("b", d.b, r.label_b, d.tail_b, r.text_b),
-                ):
+                for side, nid, label, tail in (("a", d.a, r.label_a, d.tail_a), ("b", d.b, r.label_b, d.tail_b)):
                     scroll = VerticalScroll(classes="diff-tail", id=f"diff-tail-{side}")
-                    scroll.border_title = f"{nid} · {label} · {len(tail):,} tokens after"
+                    # the count first: a long label is cut at the border's end
+                    scroll.border_title = f"{nid} · {len(tail):,} tokens after · {label}"
                     with scroll:
-                        yield Static(Text(text) if text else Text("(nothing: the tape ends here)", style="dim"),
-                                     id=f"diff-text-{side}")
+                        yield Static(id=f"diff-text-{side}")
 
     def on_mount(self) -> None:
-        self.query_one("#diff-box").border_title = f"Diff {self.report.diff.a} ↔ {self.report.diff.b} · Esc closes"
+        d = self.report.diff
+        box = self.query_one("#diff-box")
+        box.border_title = f"Where {d.a} and {d.b} part"
+        box.border_subtitle = "t text / token ids · Esc closes"
+        self._show()
+
+    def _show(self) -> None:
+        r, d = self.report, self.report.diff
+        shown = lambda tokens, text: token_ids(tokens) if self.show_ids else text  # noqa: E731
+        cut = "…" if len(r.shared_tail) < d.common_prefix else ""
+        shared = Text(f"the shared tape ends: {cut}{shown(r.shared_tail, r.shared_text)}") if r.shared_tail \
+            else Text("nothing shared")
+        self.query_one("#diff-shared", Static).update(shared)
+        for side, tail, text in (("a", d.tail_a, r.text_a), ("b", d.tail_b, r.text_b)):
+            self.query_one(f"#diff-text-{side}", Static).update(
+                Text(shown(tail, text)) if tail else Text("(nothing: the tape ends here)", style="dim"))
+
+    def action_toggle_ids(self) -> None:
+        self.show_ids = not self.show_ids
+        self._show()
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -1,10 +1,11 @@
 """The snapshots screen: the session's tree of snapshots, to restore, branch, rename,
 delete and compare.
 
-The screen knows a tree and two callables, not an engine: `restore(node_id)` and
-`detokenize(tokens)`, both run on thread workers because they are backend calls, and
-the engine's events, which say when the tree grew and how far a restore is. The
-session screen passes the engine's; a test passes a hand-made tree and no restore.
+The screen knows a tree and three callables, not an engine: `restore(node_id)`,
+`detokenize(tokens)` and `missing_states(keys)` (which saved states the store does not
+hold), all run on thread workers because they are backend or disk calls, and the
+engine's events, which say when the tree grew and how far a restore is. The session
+screen passes the engine's; a test passes a hand-made tree and no restore.
 Tree changes made here (rename, delete) are plain data on the app thread; they and
 everything that reads tapes wait while the engine works (`is_busy`), because the
 engine writes the tree from its worker thread.
@@ -32,7 +33,7 @@ from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
 from effctx_tui.screens.snapshot_diff import Detokenize, DiffReport, DiffScreen, describe_diff
 from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.snapshot_details import SnapshotDetails
-from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, restore_summary
+from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, restore_summary, shortened
 
 BRANCH = "branch"  # what the screen is dismissed with after a branch
 
@@ -75,6 +76,7 @@ class SnapshotsScreen(Screen[str | None]):
             padding: 0 1;
             background: $panel;
         }
+        #snapshots-status { height: auto; max-height: 2; }
         SnapshotTreeView {
             height: 1fr;
             border: round $panel-lighten-2;
@@ -104,6 +106,11 @@ class SnapshotsScreen(Screen[str | None]):
             super().__init__()
             self.what = what
 
+    class StoreChecked(Message):
+        def __init__(self, missing: dict[str, str]) -> None:
+            super().__init__()
+            self.missing = missing
+
     class DiffReady(Message):
         def __init__(self, report: DiffReport) -> None:
             super().__init__()
@@ -118,9 +125,11 @@ class SnapshotsScreen(Screen[str | None]):
         restores: MutableMapping[str, NodeRestore] | None = None,
         is_busy: Callable[[], bool] = lambda: False,
         events: EventSource | None = None,
+        missing_states: Callable[[Iterable[str]], dict[str, str]] = lambda keys: {},
     ) -> None:
         """`restores` (node id -> its last restore) is shared with the caller, so restores
-        survive closing the screen; `is_busy` says the engine is running a turn."""
+        survive closing the screen; `is_busy` says the engine is running a turn;
+        `missing_states` is ConsoleEngine.missing_states."""
         super().__init__()
         self._events = events
         self._unfollow: Unsubscribe = lambda: None
@@ -129,6 +138,8 @@ class SnapshotsScreen(Screen[str | None]):
         self._restore = restore
         self.restores: MutableMapping[str, NodeRestore] = {} if restores is None else restores
         self._is_busy = is_busy
+        self._missing_states = missing_states
+        self.missing: dict[str, str] = {}  # the store's last answer for the tree's states
         self.marked: str | None = None
         self.restoring: str | None = None
         self.status_message = ""  # the last thing done, for the status bar
@@ -154,6 +165,7 @@ class SnapshotsScreen(Screen[str | None]):
         # reapplied, when the component styles hold the new theme's colours.
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh_tree())
         self._unfollow = post_events(self, self._events)
+        self._check_store()
 
     def on_unmount(self) -> None:
         self._unfollow()
@@ -164,6 +176,7 @@ class SnapshotsScreen(Screen[str | None]):
             self._restore_progress(event.done, event.total)
         elif isinstance(event, (NodeAdded, NodeRestored)):
             self.refresh_tree()
+            self._check_store()  # a restore that found its state damaged quarantined it
 
     @property
     def selected(self) -> str | None:
@@ -175,9 +188,9 @@ class SnapshotsScreen(Screen[str | None]):
         """Show the tree as it is now."""
         if self.marked is not None and self.marked not in self.snapshot_tree:
             self.marked = None
-        self.refresh_bindings()  # Diff comes and goes with the mark
         self.query_one(SnapshotTreeView).show(
-            self.snapshot_tree, restores=self.restores, marked=self.marked, restoring=self.restoring
+            self.snapshot_tree, restores=self.restores, marked=self.marked, restoring=self.restoring,
+            missing=self.missing,
         )
         self._show_status()
         self._show_details()
@@ -190,30 +203,22 @@ class SnapshotsScreen(Screen[str | None]):
             text.append(f" · at {self._describe(current)}")
         if self.marked is not None:
             text.append(f" · marked {self._describe(self.marked)}")
-        if self.status_message:
-            text.append("  │  ")
+        if self.status_message:  # a line of its own, so that a narrow screen cuts neither
+            text.append("\n")
             text.append(self.status_message, style="italic")
         self.query_one("#snapshots-status", Static).update(text)
 
     def _show_details(self) -> None:
         node_id = self.selected
-        self.query_one(SnapshotDetails).show(self.snapshot_tree, node_id, self.restores.get(node_id) if node_id else None)
+        restore = self.restores.get(node_id) if node_id else None
+        self.query_one(SnapshotDetails).show(self.snapshot_tree, node_id, restore, self.missing)
 
     @on(Tree.NodeHighlighted)
     def _highlighted(self) -> None:
         self._show_details()
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A key that cannot act is hidden: no restore without a session to restore into
-        (a replay), no diff before a node is marked."""
-        if action in ("restore", "branch"):
-            return self._restore is not None
-        if action == "diff":
-            return self.marked is not None
-        return True
-
     def _describe(self, node_id: str) -> str:
-        return f"{node_id} {self.snapshot_tree.node(node_id).label!r}"
+        return f"{node_id} {shortened(self.snapshot_tree.node(node_id).label, 32)!r}"
 
     def _idle(self, doing: str) -> bool:
         """True if the engine is free for `doing`; otherwise says why not."""
@@ -224,6 +229,21 @@ class SnapshotsScreen(Screen[str | None]):
             self.notify(f"A reply is still running; {doing} when it is done.", severity="warning")
             return False
         return True
+
+    @work(thread=True, group="snapshot-store", exclusive=True, exit_on_error=False)
+    def _check_store(self) -> None:
+        try:
+            missing = self._missing_states(self.snapshot_tree.blobs())
+        except Exception as exc:  # an unreadable store: the tree still shows what it knows
+            self.notify(f"The snapshot store could not be read: {exc}", severity="warning")
+        else:
+            self.post_message(self.StoreChecked(missing))
+
+    @on(StoreChecked)
+    def _store_checked(self, message: StoreChecked) -> None:
+        if message.missing != self.missing:
+            self.missing = message.missing
+            self.refresh_tree()
 
     # ------------------------------------------------------------------ restore and branch
 
@@ -307,7 +327,9 @@ class SnapshotsScreen(Screen[str | None]):
             return
         below = self._descendants(node_id)
         what = f"and its {below} descendant{'s' * (below != 1)}" if below else "(it has no children)"
-        question = f"Delete {self._describe(node_id)} {what}? Their saved states stay in the store."
+        # as Checkpointer.save_session does, and the session is saved as this screen closes
+        question = (f"Delete {self._describe(node_id)} {what}? Their saved states leave the store when the "
+                    f"session is saved, unless another session or the prefix cache keeps them.")
 
         def delete(yes: bool | None) -> None:
             if not yes or node_id not in self.snapshot_tree or not self._idle("delete"):

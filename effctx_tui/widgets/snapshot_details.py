@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Mapping
 
 from textual.content import Content
 from textual.widgets import Static
@@ -13,7 +14,9 @@ from effctx_tui.themes import MUTED
 from effctx_tui.widgets.snapshot_tree import restore_summary, state_size
 
 
-def node_details(tree: SnapshotTree, node_id: str, restore: NodeRestore | None) -> Content:
+def node_details(tree: SnapshotTree, node_id: str, restore: NodeRestore | None,
+                 missing: Mapping[str, str] = {}) -> Content:
+    """`missing`: the store's answer for the tree's saved states (state_size)."""
     # Content, not Rich Text, can take a theme variable (MUTED)
     node = tree.node(node_id)
     tokens, shared = tree.tape_length(node_id), tree.shared_prefix(node_id)
@@ -26,7 +29,9 @@ def node_details(tree: SnapshotTree, node_id: str, restore: NodeRestore | None) 
     if node.blob is None:
         text = text.append_text(" · no saved state (a restore recomputes it)")
     else:
-        text = text.append_text(f" · state {state_size(node)}")
+        gone = missing.get(node.blob)
+        text = text.append_text(f" · state {state_size(node)}" if gone is None
+                                else f" · saved state {gone} (a restore recomputes it)")
         text = text.append_text(f" · blob {node.blob[:10]}", MUTED)
     m = node.metrics or {}
     if m:
@@ -46,8 +51,9 @@ def node_details(tree: SnapshotTree, node_id: str, restore: NodeRestore | None) 
 
 
 class SnapshotDetails(Static):
-    def show(self, tree: SnapshotTree, node_id: str | None, restore: NodeRestore | None) -> None:
+    def show(self, tree: SnapshotTree, node_id: str | None, restore: NodeRestore | None,
+             missing: Mapping[str, str] = {}) -> None:
         if node_id is None or node_id not in tree:
             self.update(Content.styled("no node selected", MUTED))
         else:
-            self.update(node_details(tree, node_id, restore))
+            self.update(node_details(tree, node_id, restore, missing))

@@ -6,7 +6,7 @@ cursor, the scroll position and what the user collapsed survive every live refre
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from rich.style import Style
 from rich.text import Text
@@ -20,6 +20,9 @@ from effctx_tui.widgets.lists import ListTree
 # Markers go before the label so that a long line scrolled off the right still shows them.
 CURRENT_MARK = "● "
 MARKED_MARK = "◆ "
+# A label is never shortened below this: on a line too narrow for label and facts both,
+# the line runs past the edge (the tree scrolls sideways) rather than losing its name.
+MIN_LABEL = 12
 
 
 def human_bytes(n: int) -> str:
@@ -39,10 +42,21 @@ def restore_summary(restore: NodeRestore) -> str:
     return f"{how} in {_ms(restore.ms)}"
 
 
-def state_size(node: Node) -> str:
+def state_size(node: Node, missing: Mapping[str, str] = {}) -> str:
+    """The node's saved state as the store holds it: its size, or why there is none.
+    `missing` is the store's answer (SnapshotStore.missing_states) for the tree's blobs."""
     if node.blob is None:
         return "no state"
+    if node.blob in missing:
+        return f"state {missing[node.blob]}"
     return human_bytes(int((node.metrics or {}).get("bytes", 0)))
+
+
+def shortened(label: str, room: int) -> str:
+    """`label` in at most `room` cells, its end given up for an ellipsis."""
+    text = Text(label)
+    text.truncate(room, overflow="ellipsis")
+    return text.plain
 
 
 def node_label(
@@ -53,25 +67,30 @@ def node_label(
     marked: bool = False,
     restore: NodeRestore | None = None,
     restoring: bool = False,
+    missing: Mapping[str, str] = {},
     styles: Mapping[str, Style | str] = {},
+    width: int | None = None,
 ) -> Text:
     """`styles` maps current, restoring, exact, recompute, marked and facts to a style
-    (the view passes its theme's); without them the label is plain."""
-    text = Text()
+    (the view passes its theme's); without them the label is plain. Given `width` (the
+    cells the line has), a long label is shortened so that the facts stay in view."""
+    marks = Text()
     if current:
-        text.append(CURRENT_MARK, style=styles.get("current", ""))
+        marks.append(CURRENT_MARK, style=styles.get("current", ""))
     if marked:
-        text.append(MARKED_MARK, style=styles.get("marked", ""))
-    text.append(node.label or node.id, style="bold" if current else "")
-    facts = [node.kind, f"{tree.tape_length(node.id):,} tokens", state_size(node)]
+        marks.append(MARKED_MARK, style=styles.get("marked", ""))
+    facts = [node.kind, f"{tree.tape_length(node.id):,} tokens", state_size(node, missing)]
     if node.parent is not None:
         facts.append(f"{tree.shared_prefix(node.id):,} shared")
-    text.append("  " + " · ".join(facts), style=styles.get("facts", ""))
+    tail = Text("  " + " · ".join(facts), style=styles.get("facts", ""))
     if restoring:
-        text.append(" · restoring…", style=styles.get("restoring", ""))
+        tail.append(" · restoring…", style=styles.get("restoring", ""))
     elif restore is not None:
-        text.append(f" · {restore_summary(restore)}", style=styles.get(restore.mode, ""))
-    return text
+        tail.append(f" · {restore_summary(restore)}", style=styles.get(restore.mode, ""))
+    label = node.label or node.id
+    if width is not None:
+        label = shortened(label, max(MIN_LABEL, width - marks.cell_len - tail.cell_len))
+    return Text.assemble(marks, Text(label, style="bold" if current else ""), tail)
 
 
 class SnapshotTreeView(ListTree):
@@ -102,6 +121,10 @@ class SnapshotTreeView(ListTree):
         self.auto_expand = False
         self.guide_depth = 3
         self._views: dict[str, TreeNode[str]] = {}
+        self._reshow: Callable[[], None] = lambda: None  # the last show, again at a new width
+
+    def on_resize(self) -> None:
+        self._reshow()
 
     @property
     def selected_id(self) -> str | None:
@@ -122,7 +145,10 @@ class SnapshotTreeView(ListTree):
         restores: Mapping[str, NodeRestore],
         marked: str | None = None,
         restoring: str | None = None,
+        missing: Mapping[str, str] = {},
     ) -> None:
+        """`missing`: the store's answer for the tree's saved states (state_size)."""
+        self._reshow = lambda: self.show(tree, restores=restores, marked=marked, restoring=restoring, missing=missing)
         # One pass over a copy, parents first: the engine adds nodes from its worker
         # thread, and a copy never shows a node whose parent is missing.
         nodes = list(tree)
@@ -140,10 +166,14 @@ class SnapshotTreeView(ListTree):
         # at 60% in a theme that does not set it: the full style blends it over the tree's
         # background. Its colour alone, so that the cursor line keeps its own background.
         styles["facts"] = Style(color=self.get_component_rich_style("snapshot-tree--facts").color)
+        # Before the first layout the tree has no width: labels are whole until the resize.
+        room = self.scrollable_content_region.width or None
         for node in nodes:
+            width = None if room is None else (
+                room - tree.depth(node.id) * self.guide_depth - (len(self.ICON_NODE) if node.id in with_children else 0))
             label = node_label(
-                tree, node, current=node.id == current, marked=node.id == marked,
-                restore=restores.get(node.id), restoring=node.id == restoring, styles=styles,
+                tree, node, current=node.id == current, marked=node.id == marked, restore=restores.get(node.id),
+                restoring=node.id == restoring, missing=missing, styles=styles, width=width,
             )
             view = self._views.get(node.id)
             if view is None:

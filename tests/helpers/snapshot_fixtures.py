@@ -12,6 +12,8 @@ n2 and n3 both start with the three tokens 20, 21, 22 (a turn header), so they s
 
 from __future__ import annotations
 
+from typing import Callable, Iterable
+
 from textual.app import App
 
 from effctx_core.engine import NodeRestore
@@ -54,12 +56,17 @@ def fake_detokenize(tokens) -> str:
 
 
 class SnapshotsApp(App):
-    """The snapshots screen over the fixed tree, with no engine behind it."""
+    """The snapshots screen over the fixed tree and its restores (or `tree`, never
+    restored), with no engine behind it; `missing_states` answers for a store
+    (SnapshotStore.missing_states), none by default."""
 
-    def __init__(self) -> None:
+    def __init__(self, tree: SnapshotTree | None = None,
+                 missing_states: Callable[[Iterable[str]], dict[str, str]] = lambda keys: {}) -> None:
         super().__init__()
-        self.snapshot_tree = fixed_tree()
-        self.screen_under_test = SnapshotsScreen(self.snapshot_tree, detokenize=fake_detokenize, restores=fixed_restores())
+        self.snapshot_tree = fixed_tree() if tree is None else tree
+        self.screen_under_test = SnapshotsScreen(self.snapshot_tree, detokenize=fake_detokenize,
+                                                 restores=fixed_restores() if tree is None else {},
+                                                 missing_states=missing_states)
 
     def on_mount(self) -> None:
         self.push_screen(self.screen_under_test)

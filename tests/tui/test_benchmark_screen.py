@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual import events
-from textual.widgets import DataTable, ProgressBar, Static
+from textual.app import App
+from textual.widgets import DataTable, Label, ProgressBar, Static
 from textual_plotext import PlotextPlot
 
-from effctx_core.bench.cell import CellBenchPlan
+from effctx_core.bench.cell import CellBenchPlan, CellBenchReport
+from effctx_core.bench.overhead import OverheadReport, Rates
+from effctx_core.bench.smoke import PasskeyTrial
 from effctx_core.bench.workload_text import turn_cells
+from effctx_core.profiles import DEFAULT_PROFILE
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.benchmark import BenchmarkScreen
 from tests.helpers.pilot_wait import wait_for
@@ -156,3 +161,61 @@ async def test_r_while_a_workload_runs_does_nothing(default_model, tmp_path):
         await wait_for(pilot, lambda: not bench.running, seconds=120)
         assert token.cancelled and bench.report is None and bench.has_class("-workload")
         assert str(bench.query_one("#bench-summary", Static).render()) == "benchmark cancelled"
+
+
+# ---------------------------------------------------------------------- layout, no model
+
+def finished_report() -> CellBenchReport:
+    """A cell benchmark's report as a run of the default profile gives it, with fixed figures."""
+    rates = lambda prefill, decode: [Rates(prefill, decode), Rates(prefill * 1.02, decode * 0.99)]  # noqa: E731
+    throughput = OverheadReport(512, 64, 2, raw=rates(1812.4, 96.1), engine=rates(1790.2, 95.3),
+                                library=rates(1655.0, 93.8))
+    trials = [PasskeyTrial(1024, depth, 7, "48213", 1024, 100, 112, answer, answer.startswith(" 48213"),
+                           answer.startswith(" 48213"), True, 0, ttft)
+              for depth, answer, ttft in ((0.1, " 48213. The grass is green.", 412.0),
+                                          (0.5, " 48213.", 398.6), (0.9, " The sky is blue.", 405.1))]
+    return CellBenchReport(DEFAULT_PROFILE.name, throughput, trials)
+
+
+class BenchApp(App):
+    """The benchmark screen of the default profile, on a model it never opens."""
+
+    def __init__(self, report: CellBenchReport | None = None) -> None:
+        super().__init__()
+        self.report = report
+
+    def on_mount(self) -> None:
+        screen = BenchmarkScreen(Path("model.gguf"), DEFAULT_PROFILE, CellBenchPlan())
+        self.push_screen(screen)
+        if self.report is not None:
+            screen.post_message(BenchmarkScreen.Finished(self.report, None))
+
+
+async def test_at_100_columns_the_note_and_the_titles_are_whole_lines():
+    app = BenchApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        note = app.screen.query_one("#bench-note", Static)
+        assert str(note.render()).splitlines() == [
+            "The running cell (exact) on sessions of its own; the conversation is not touched.",
+            "r  throughput: a 512-token prompt, 64 decoded, 4 rounds, the engine",
+            "   against the backend's direct loop and the library's API (ratios: median of per-round ratios;",
+            "   other load on the CPU moves them a few %); the passkey at 1024 tokens, depths 0.1, 0.5, 0.9",
+            "w  workload agent-loop: each turn beside the library's own control, with the TTFT curve",
+        ]
+        assert note.size.height == 5  # none of them wraps
+        titles = list(app.screen.query(".bench-title").results(Label))
+        assert [str(t.render()) for t in titles] == [
+            "Throughput (median tok/s of the rounds)", "Answer quality (passkey)",
+            "Workload agent-loop: each turn, effctx beside the library's control (ctl), in ms"]
+        # each on one line (below the padding's) within the screen, in either part
+        one_line = lambda t: t.region.right <= 100 and t.region.height == 2  # noqa: E731
+        assert [one_line(t) for t in titles] == [True, True, False]  # the workload's part is hidden
+        app.screen.add_class("-workload")  # as `w` shows it
+        await pilot.pause()
+        assert [one_line(t) for t in titles] == [False, False, True]
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=["100x30", "160x48"])
+def test_snapshot_a_finished_cell_benchmark(snap_compare, size):
+    assert snap_compare(BenchApp(finished_report()), terminal_size=size, run_before=lambda pilot: pilot.pause(0.3))

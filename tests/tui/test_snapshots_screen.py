@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import pytest
 from textual.command import CommandList
-from textual.widgets import Footer, Input
-from textual.widgets._footer import FooterKey
+from textual.widgets import Input, Label
 
-from effctx_core.snapshots import SnapshotStore
+from effctx_core.snapshots import CorruptSnapshotError, SnapshotStore
+from effctx_core.snapshots.tree import SnapshotTree
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
-from effctx_tui.screens.snapshot_diff import DiffScreen
+from effctx_tui.screens.snapshot_diff import SHARED_CONTEXT, DiffScreen, describe_diff
 from effctx_tui.screens.snapshots import SnapshotsScreen
+from effctx_tui.widgets.snapshot_details import SnapshotDetails
 from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, state_size
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
 from tests.helpers.pilot_wait import wait_for
-from tests.helpers.snapshot_fixtures import SnapshotsApp
+from tests.helpers.snapshot_fixtures import IDENTITY, SnapshotsApp, fake_detokenize, fixed_tree
 
 HELLO, TWO_PLUS_TWO, JOKE = "Hello", "What is two plus two?", "Tell me a joke"
 
@@ -52,12 +53,6 @@ def status_bar(screen: SnapshotsScreen) -> str:
 
 def notifications(app) -> list[str]:
     return [n.message for n in app._notifications]  # Textual keeps no public list
-
-
-def footer(app) -> list[str]:
-    """The screen's own keys the footer offers (not the app's, nor the palette)."""
-    return [key.description for key in app.screen.query_one(Footer).query(FooterKey)
-            if key.description not in ("Help", "Theme", "palette")]
 
 
 def state(app: EffctxApp, node_id: str) -> str:
@@ -125,7 +120,7 @@ async def test_restoring_the_first_node_is_exact_and_the_session_follows_it(defa
         assert (done.mode, done.tokens, done.recomputed) == ("exact", 11, 0)
         assert tree_lines(screen)[1].startswith(f"  ● {HELLO}  turn · 11 tokens · {state(app, 'n1')} · 0 shared · exact in ")
         assert tree_lines(screen)[2] == f"    {TWO_PLUS_TWO}  turn · 24 tokens · {state(app, 'n2')} · 11 shared"
-        assert status_bar(screen).startswith(f"3 nodes · at n1 '{HELLO}'  │  restored n1: exact in ")
+        assert status_bar(screen).startswith(f"3 nodes · at n1 '{HELLO}'\nrestored n1: exact in ")
         # the session screen, still underneath, shows the conversation as it was at n1
         await wait_for(pilot, lambda: len(transcript_lines(app)) == 2)
         assert transcript_lines(app) == [HELLO, "Hello"]
@@ -176,8 +171,10 @@ async def test_a_branch_adds_a_second_child_and_the_siblings_diff_after_their_tu
         await wait_for(pilot, lambda: isinstance(app.screen, DiffScreen))
         report = app.screen.report
         # n1's 11 tokens, the last 3 the opening of a user turn
-        assert report.summary().startswith("common prefix 11 tokens · first divergent token 11 (n3: id ")
+        assert report.summary() == "n3 and n2 share 11 tokens, then part: n3 has 11 more, n2 13 more"
         assert (report.diff.a, report.diff.b) == ("n3", "n2")
+        assert report.shared_text == app.engine.detokenize(app.engine.tree.tape("n1"))
+        assert report.shared_text.endswith("\nUser:")
         assert report.text_a == " Tell me a joke\nAssistant: I'm a"
         assert report.text_b == " What is two plus two?\nAssistant: Two plus two\n"
         await pilot.press("escape")
@@ -205,11 +202,14 @@ async def test_rename_and_delete_change_the_tree_and_the_root_stays(default_mode
         assert len(app.engine.tree) == 3
         await pilot.press("d")
         assert isinstance(app.screen, ConfirmDialog)
+        assert str(app.screen.query_one(Label).render()) == (
+            f"Delete n1 '{HELLO}' and its 1 descendant? Their saved states leave the store when the session is "
+            "saved, unless another session or the prefix cache keeps them.")
         await pilot.press("y")
         assert len(app.engine.tree) == 1
         assert tree_lines(screen) == ["● start  root · 0 tokens · no state"]
         assert screen.selected == "n0"
-        assert status_bar(screen) == "1 node · at n0 'start'  │  deleted 2 nodes"
+        assert status_bar(screen) == "1 node · at n0 'start'\ndeleted 2 nodes"
 
 
 async def test_a_turn_that_ends_while_the_screen_is_open_appears_in_it(default_model, make_app):
@@ -237,18 +237,13 @@ async def test_without_an_engine_the_screen_shows_and_compares_but_does_not_rest
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.screen_under_test
         assert screen.selected == "n3"
-        # nothing to restore into, nothing marked: restore, branch and diff are not offered
-        assert footer(app) == ["Rename", "Delete", "Mark", "Back"]
-        await pilot.press("enter", "b")
-        assert screen.restoring is None and notifications(app) == []
-        await pilot.press("up", "m")  # mark n2
-        assert footer(app) == ["Rename", "Delete", "Mark", "Diff with mark", "Back"]
-        await pilot.press("down", "down", "x")  # compare n2 with n4
+        await pilot.press("enter")
+        assert notifications(app)[-1] == "There is no session to restore into."
+        await pilot.press("D")
+        assert notifications(app)[-1] == "Mark a node with m first, then select another and press D."
+        await pilot.press("up", "m", "down", "down", "x")  # mark n2, compare it with n4
         await wait_for(pilot, lambda: isinstance(app.screen, DiffScreen))
-        report = app.screen.report
-        assert report.summary() == "common prefix 11 tokens · first divergent token 11 (n2: id 30, n4: id 50)"
-        assert report.text_a == "".join(f"<{t}>" for t in range(30, 43))
-        assert report.text_b == "".join(f"<{t}>" for t in [*range(50, 61), *range(70, 78)])
+        assert app.screen.report.diff.common_prefix == 11
 
 
 async def test_the_keys_are_also_commands_in_the_palette():
@@ -265,6 +260,161 @@ async def test_the_keys_are_also_commands_in_the_palette():
 
 
 
-def test_snapshot_a_branched_tree_with_restores_and_a_marked_node(snap_compare, utc):
-    # n1 marked, the cursor back on n3: current, restored by recompute, no state.
-    assert snap_compare(SnapshotsApp(), press=["up", "up", "m", "down", "down"], terminal_size=(120, 30))
+def diff_text(screen: DiffScreen) -> dict[str, str]:
+    return {part: str(screen.query_one(f"#diff-{part}").render()) for part in ("summary", "shared", "text-a", "text-b")}
+
+
+async def open_diff(pilot, app: SnapshotsApp) -> DiffScreen:
+    await pilot.press("up", "m", "down", "down", "D")  # mark n2, compare it with n4
+    await wait_for(pilot, lambda: isinstance(app.screen, DiffScreen))
+    assert isinstance(app.screen, DiffScreen)
+    return app.screen
+
+
+async def test_the_diff_says_in_text_where_two_nodes_part():
+    app = SnapshotsApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await open_diff(pilot, app)
+        # n2 and n4 share n1's 8 tokens and the turn header 20 21 22
+        assert diff_text(screen) == {
+            "summary": "n2 and n4 share 11 tokens, then part: n2 has 13 more, n4 19 more",
+            "shared": "the shared tape ends: <1><2><3><4><5><6><7><8><20><21><22>",
+            "text-a": "".join(f"<{t}>" for t in range(30, 43)),
+            "text-b": "".join(f"<{t}>" for t in [*range(50, 61), *range(70, 78)]),
+        }
+        assert screen.query_one("#diff-tail-a").border_title == "n2 · 13 tokens after · What is two plus two?"
+
+
+async def test_t_shows_the_diff_as_token_ids_and_t_again_as_text():
+    app = SnapshotsApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await open_diff(pilot, app)
+        text = diff_text(screen)
+        await pilot.press("t")
+        assert diff_text(screen) == {
+            "summary": text["summary"],
+            "shared": "the shared tape ends: 1 2 3 4 5 6 7 8 20 21 22",
+            "text-a": " ".join(str(t) for t in range(30, 43)),
+            "text-b": " ".join(str(t) for t in [*range(50, 61), *range(70, 78)]),
+        }
+        await pilot.press("t")
+        assert diff_text(screen) == text
+
+
+def test_a_diff_of_a_node_and_its_descendant_says_which_goes_on():
+    tree = fixed_tree()
+    report = describe_diff(tree, "n3", "n4", fake_detokenize)
+    assert report.summary() == "n4 goes on where n3 ends: n3's 22 tokens, then 8 more"
+    assert (report.text_a, report.text_b) == ("", "".join(f"<{t}>" for t in range(70, 78)))
+    assert report.shared_tail == tree.tape("n3")  # all of it: 22 tokens
+
+
+def test_a_diff_shows_only_the_end_of_a_long_shared_tape():
+    tree = SnapshotTree()
+    root = tree.add(None, (), "root", IDENTITY)
+    common = tree.add(root.id, range(1, 41), "turn", IDENTITY)
+    a = tree.add(common.id, (100,), "turn", IDENTITY)
+    b = tree.add(common.id, (200,), "turn", IDENTITY)
+    report = describe_diff(tree, a.id, b.id, fake_detokenize)
+    assert SHARED_CONTEXT == 24
+    assert report.shared_tail == tuple(range(17, 41))
+
+
+LONG = "What is two plus two, and how would you explain the answer to a child of five?"
+
+
+async def test_at_100_columns_a_long_label_is_shortened_and_every_row_keeps_its_facts():
+    app = SnapshotsApp()
+    app.snapshot_tree.rename("n2", LONG)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        screen = app.screen_under_test
+        view = screen.query_one(SnapshotTreeView)
+        room = view.scrollable_content_region.width
+        assert room == 98  # 100 columns less the tree's border
+        lines = tree_lines(screen)
+        assert lines[2] == "    What is two plus two, and how would you explain th…  turn · 24 tokens · 433.0 KiB · 8 shared"
+        for line in view._tree_lines:  # as Textual lays them out: guides, icon, label
+            width = line._get_guide_width(view.guide_depth, view.show_root) + view.get_label_width(line.node)
+            assert width <= room
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause()
+        assert tree_lines(screen)[2] == f"    {LONG}  turn · 24 tokens · 433.0 KiB · 8 shared"
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=["100x30", "160x48"])
+def test_snapshot_a_branched_tree_with_restores_and_a_marked_node(snap_compare, utc, size):
+    # n1 marked, the cursor back on n3: current, restored by recompute, no state; n2's
+    # label longer than a 100-column row.
+    async def long_label(pilot) -> None:
+        pilot.app.snapshot_tree.rename("n2", LONG)
+        pilot.app.screen_under_test.refresh_tree()
+        await pilot.pause()
+
+    assert snap_compare(SnapshotsApp(), press=["up", "up", "m", "down", "down"], terminal_size=size,
+                        run_before=long_label)
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=["100x30", "160x48"])
+def test_snapshot_the_diff_of_two_siblings(snap_compare, utc, size):
+    assert snap_compare(SnapshotsApp(), press=["up", "m", "down", "down", "D"], terminal_size=size,
+                        run_before=lambda pilot: pilot.pause(0.3))
+
+
+# ---------------------------------------------------------------------- what the store holds
+
+DIGEST = "ab" * 32  # a runtime identity digest
+
+
+def damage(store: SnapshotStore, key: str) -> None:
+    """Flip bytes in the middle of a blob, as a bad disk would."""
+    path = store.blob_path(key)
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2:len(raw) // 2 + 8] = bytes(8)
+    path.write_bytes(bytes(raw))
+
+
+async def test_the_tree_shows_a_state_present_evicted_or_quarantined_as_the_store_holds_it(tmp_path):
+    store = SnapshotStore(tmp_path / "store")
+    tree = SnapshotTree()
+    root = tree.add(None, (), "root", DIGEST, label="start")
+    keys = {}
+    for label, tokens in (("evicted", range(1, 9)), ("kept", range(1, 13)), ("damaged", range(1, 17))):
+        keys[label] = store.put(DIGEST, list(tokens), bytes(range(256)) * 8).key
+        tree.add(root.id, tokens, "turn", DIGEST, label=label, blob=keys[label], metrics={"bytes": 2048})
+    size = store.info(keys["kept"]).bytes
+    # a store that holds three entries: one more evicts the least recently used, "evicted"
+    SnapshotStore(tmp_path / "store", budget_bytes=3 * size + size // 2).put(DIGEST, [99], bytes(range(256)) * 8)
+    damage(store, keys["damaged"])
+    with pytest.raises(CorruptSnapshotError):
+        store.get(keys["damaged"], DIGEST)  # the read that finds it damaged sets it aside
+    app = SnapshotsApp(tree, missing_states=store.missing_states)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.screen_under_test
+        await wait_for(pilot, lambda: bool(screen.missing))
+        assert tree_lines(screen)[1:] == [
+            "  evicted  turn · 8 tokens · state not in the store · 0 shared",
+            "  kept  turn · 12 tokens · 2.0 KiB · 0 shared",
+            "  ● damaged  turn · 16 tokens · state quarantined · 0 shared",  # the last added is current
+        ]
+        assert screen.selected == "n3"
+        details = str(screen.query_one(SnapshotDetails).render())
+        assert details.splitlines()[1] == (
+            f"tape 16 tokens: 0 shared with n0, 16 own · saved state quarantined (a restore recomputes it) "
+            f"· blob {keys['damaged'][:10]}")
+
+
+async def test_a_restore_that_finds_its_state_damaged_recomputes_and_the_tree_says_quarantined(default_model, tmp_path):
+    store = SnapshotStore(tmp_path / "store")
+    app = EffctxApp(max_tokens=4, checkpoints=store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await two_turns(pilot, app)
+        screen = await open_snapshots(pilot, app)
+        await wait_for(pilot, lambda: tree_lines(screen)[1].endswith(" KiB · 0 shared"))
+        damage(store, app.engine.tree.node("n1").blob)
+        await pilot.press("up")
+        await restore(pilot, screen)
+        assert screen.restores["n1"].mode == "recompute"
+        assert screen.restores["n1"].reason.startswith("its saved state is unusable")
+        await wait_for(pilot, lambda: "quarantined" in tree_lines(screen)[1])
+        assert tree_lines(screen)[1].startswith(f"  ● {HELLO}  turn · 11 tokens · state quarantined · 0 shared · recompute ")
