@@ -1,8 +1,11 @@
-"""Units: byte sizes for people, printed (`format_bytes`) and read back (`parse_memory`),
-and elapsed milliseconds between `time.perf_counter_ns()` readings (`ms_since`, `ms_between`)."""
+"""Units: byte sizes for people, printed (`format_bytes`) and read back (`parse_memory`);
+counts, durations and rates as a person reads them (`format_count`, `format_ms`,
+`format_rate`); elapsed milliseconds between `time.perf_counter_ns()` readings
+(`ms_since`, `ms_between`)."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 
@@ -14,6 +17,38 @@ def format_bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.2f}".rstrip("0").rstrip(".") + f" {unit}"
     return f"{n} B"
+
+
+def format_count(n: float) -> str:
+    """A count of tokens or positions: a whole number with thousands separators."""
+    return f"{round(n):,}"
+
+
+def _three_digits(x: float) -> str:
+    """x with about three significant digits: 7.14, 26.8, 1,234."""
+    for digits, below in ((2, 9.995), (1, 99.95)):
+        if x < below:
+            return f"{x:.{digits}f}"
+    return f"{x:,.0f}"
+
+
+def format_ms(ms: float) -> str:
+    """A duration: milliseconds below a second, seconds from there on (2.5 ms, 850 ms,
+    7.14 s, 26.8 s, 1,234 s)."""
+    if ms < 9.95:
+        return f"{ms:.1f} ms"
+    if ms < 999.5:
+        return f"{ms:.0f} ms"
+    return f"{_three_digits(ms / 1000)} s"
+
+
+def format_rate(tokens_per_s: float) -> str | None:
+    """A measured speed in tokens per second (0.52, 12.3, 1,234 tok/s); None for 0, what
+    the engine reports when nothing was timed (no tokens, or no time), and for a rate that
+    is not finite."""
+    if not 0 < tokens_per_s < math.inf:
+        return None
+    return f"{tokens_per_s:.2g} tok/s" if tokens_per_s < 1 else f"{_three_digits(tokens_per_s)} tok/s"
 
 
 _UNITS = {

@@ -1,8 +1,10 @@
 """The session screen's controls while the console plays a recorded trace: the keys that
-play, pause, step and change the speed, which other keys a replay leaves on, and the
-subtitle that says where the play is."""
+play, pause, step, play again and change the speed, which other keys a replay leaves on,
+and the subtitle that says where the play is."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 from textual.binding import Binding
 from textual.screen import Screen
@@ -13,30 +15,40 @@ TITLE_SECONDS = 0.25  # the subtitle follows the play on its own, between key pr
 
 
 class ReplayControls:
+    # First in the screen's BINDINGS, so a narrow footer cuts the others, not these.
     BINDINGS = [
-        Binding("space", "replay_toggle", "Play/pause (replay)"),
-        Binding("n", "replay_step", "Step (replay)"),
-        Binding("plus,equals_sign", "replay_speed(1)", "Faster (replay)", key_display="+"),
-        Binding("minus", "replay_speed(-1)", "Slower (replay)", key_display="-"),
+        Binding("space", "replay_toggle", "Play/pause", tooltip="Play or pause the recording"),
+        Binding("space", "replay_restart", "Play again", tooltip="Play the recording again from its start"),
+        Binding("n", "replay_step", "Step", tooltip="Play the recording's next event"),
+        Binding("plus,equals_sign", "replay_speed(1)", "Faster", key_display="+", tooltip="Play the recording faster"),
+        Binding("minus", "replay_speed(-1)", "Slower", key_display="-", tooltip="Play the recording slower"),
     ]
-    # What would continue the recorded session: shown, but disabled.
-    CONTINUING = frozenset({"cells", "new_conversation", "bench"})
+    # A replay is watched, not continued: only the keys that look at it act.
+    WATCHING = frozenset({"residency", "snapshots", "timings"})
 
-    def __init__(self, player: ReplayPlayer, screen: Screen) -> None:
+    def __init__(self, player: ReplayPlayer, screen: Screen, rewound: Callable[[], None]) -> None:
+        """`rewound` clears the screen before the recording plays again from its start."""
         self.player = player
         self._screen = screen
+        self._rewound = rewound
+        self._done = player.done
 
     @staticmethod
     def owns(action: str) -> bool:
         return action.startswith("replay_")
 
-    def allows(self, action: str) -> bool | None:
-        """check_action's answer during a replay: None shows the key disabled."""
-        if self.owns(action):
-            return True
-        if action == "load_model":  # the trace is the session: there is no model to load
-            return False
-        return None if action in self.CONTINUING else True
+    def allows(self, action: str, parameters: tuple[object, ...]) -> bool:
+        """check_action's answer during a replay: a key that cannot act is hidden."""
+        done = self.player.done
+        if action in ("replay_toggle", "replay_step"):
+            return not done
+        if action == "replay_restart":
+            return done
+        if action == "replay_speed":
+            direction = parameters[0]
+            assert isinstance(direction, int)  # the speed keys' own bindings
+            return self.player.can_go_faster(direction)
+        return action in self.WATCHING
 
     def start(self) -> None:
         self._show_title()
@@ -47,14 +59,23 @@ class ReplayControls:
         self.player.toggle()
         self._show_title()
 
+    def restart(self) -> None:
+        self.player.restart()
+        self._rewound()
+        self._show_title()
+
     def step(self) -> None:
         self.player.step()
         self._show_title()
 
     def speed(self, direction: int) -> None:
         self.player.faster(direction)
+        self._screen.refresh_bindings()  # at the fastest or slowest, that key goes
         self._show_title()
 
     def _show_title(self) -> None:
+        if self.player.done != self._done:  # at the end the play keys give way to Play again
+            self._done = self.player.done
+            self._screen.refresh_bindings()
         engine = self.player.engine
         self._screen.sub_title = f"{self.player.describe()} · {engine.model_name} · {engine.backend} · n_ctx {engine.n_ctx}"

@@ -51,6 +51,13 @@ class ReplayPlayer:
     def toggle(self) -> None:
         self.playing = not self.playing
 
+    def restart(self) -> None:
+        """Play the recording again from its first event."""
+        self.engine.rewind()
+        self.index = 0
+        self.clock_ms = self.events[0].t_ms if self.events else 0.0
+        self.playing = True
+
     def step(self) -> None:
         """Pause, and play exactly one more event."""
         self.playing = False
@@ -59,8 +66,15 @@ class ReplayPlayer:
             self._play_next()
 
     def faster(self, direction: int) -> None:
+        self.speed = SPEEDS[self._speed_step(direction)]
+
+    def can_go_faster(self, direction: int) -> bool:
+        """False at the fastest speed (for 1) or at the slowest (for -1)."""
+        return SPEEDS[self._speed_step(direction)] != self.speed
+
+    def _speed_step(self, direction: int) -> int:
         i = min(range(len(SPEEDS)), key=lambda k: abs(SPEEDS[k] - self.speed))
-        self.speed = SPEEDS[max(0, min(len(SPEEDS) - 1, i + direction))]
+        return max(0, min(len(SPEEDS) - 1, i + direction))
 
     def describe(self) -> str:
         state = "done" if self.done else ("playing" if self.playing else "paused")

@@ -51,6 +51,14 @@ def test_run_json_reports_text_timings_and_token_accounting(default_model):
     assert data["ttft_ms"] > 0 and data["prefill_tps"] > 0 and data["decode_tps"] > 0
 
 
+def test_run_reports_a_rate_only_for_what_it_timed(default_model):
+    out = effctx("run", "--prompt", "The capital of France is", "--max-tokens", "0")
+    assert out.returncode == 0, out.stderr
+    line = out.stderr.splitlines()[-1]
+    assert re.fullmatch(r"-- 6 prefilled, 0 reused, 0 generated \(max_tokens\); "
+                        r"TTFT \d+(\.\d+)? (ms|s), prefill [\d,.]+ tok/s", line), line
+
+
 def test_run_reads_a_prompt_file_and_writes_a_trace(default_model, tmp_path):
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("Once upon a time", encoding="utf-8")

@@ -16,6 +16,7 @@ from effctx_core.cli.options import (
     read_text_file,
     warn,
 )
+from effctx_core.units import format_ms, format_rate
 
 
 def add_parser(sub) -> None:
@@ -66,12 +67,14 @@ def run(args: argparse.Namespace) -> int:
     reused = loaded.restored if loaded else 0
     prefilled = result.prefilled + (loaded.computed if loaded else 0)
     prefill_ms = result.prefill_ms + prefix_ms
+    ttft_ms = result.ttft_ms + prefix_ms
+    prefill_tps = prefilled / (prefill_ms / 1000) if prefilled and prefill_ms else 0.0
     data = {
         "text": result.text,
         "stop_reason": result.stop_reason,
         "cache": loaded.cache if loaded else "off",
-        "ttft_ms": round(result.ttft_ms + prefix_ms, 3),
-        "prefill_tps": round(prefilled / (prefill_ms / 1000), 2) if prefilled and prefill_ms else 0.0,
+        "ttft_ms": round(ttft_ms, 3),
+        "prefill_tps": round(prefill_tps, 2),
         "decode_tps": round(result.decode_tps, 2),
         "prefill_ms": round(prefill_ms, 3),
         "decode_ms": round(result.decode_ms, 3),
@@ -90,10 +93,12 @@ def run(args: argparse.Namespace) -> int:
         return _trace_outcome(engine)
     print(result.text)
     cache = f"prefix cache {data['cache']}; " if loaded is not None else ""
+    # a rate only where it was measured: a run that prefilled or decoded nothing has none
+    rates = [f"{stage} {rate}" for stage, tps in (("prefill", prefill_tps), ("decode", result.decode_tps))
+             if (rate := format_rate(tps)) is not None]
     print(
-        f"-- {cache}{prefilled} prefilled, {reused} reused, {result.generated} generated "
-        f"({result.stop_reason}); TTFT {data['ttft_ms']:.0f} ms, prefill {data['prefill_tps']:.0f} tok/s, "
-        f"decode {result.decode_tps:.1f} tok/s",
+        f"-- {cache}{prefilled:,} prefilled, {reused:,} reused, {result.generated:,} generated "
+        f"({result.stop_reason}); " + ", ".join([f"TTFT {format_ms(ttft_ms)}", *rates]),
         file=sys.stderr,
     )
     return _trace_outcome(engine)

@@ -72,6 +72,13 @@ class ReplayEngine:
                                    block_size=opened.block_size, slide_tokens=opened.slide_tokens)
         self.profile = Profile(name="replay", n_ctx=max(16, opened.n_ctx), residency=recorded)
         self.policy = opened.policy
+        self._opened = opened
+        self._subscribers = Subscribers()
+        self.rewind()
+
+    def rewind(self) -> None:
+        """Back to before the recording's first event, to play it again; the subscribers stay."""
+        opened = self._opened
         # The recorded policy's blocks, so the recorded plans land on the same block edges;
         # the policy itself never runs here ("none" plans nothing): its plans are replayed.
         self.residency = ResidencyTracker(ResidencyConfig(block_size=opened.block_size), opened.budget or opened.n_ctx,
@@ -84,9 +91,6 @@ class ReplayEngine:
         self._turn = 0
         self._input = ""  # the running turn's input, for its node's label
         self._reply = ""
-        self._identity = opened.identity
-        self._started = opened.started
-        self._subscribers = Subscribers()
 
     # ------------------------------------------------------------------ what the UI reads
 
@@ -195,8 +199,8 @@ class ReplayEngine:
         parent = self._node_ids.get(event.parent, self._node_ids[""])  # "" is the root
         own = max(0, event.tokens - self.tree.tape_length(parent))
         label = self._input.strip().splitlines()[0][:40] if self._input.strip() else "turn"
-        node = self.tree.add(parent, (0,) * own, "turn", self._identity, label=label,
-                             text=f"{self._input}\n{self._reply}", created=self._started + event.t_ms / 1000)
+        node = self.tree.add(parent, (0,) * own, "turn", self._opened.identity, label=label,
+                             text=f"{self._input}\n{self._reply}", created=self._opened.started + event.t_ms / 1000)
         self._node_ids[event.node] = node.id
 
     def _resize(self, n: int) -> None:

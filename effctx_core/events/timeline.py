@@ -47,8 +47,9 @@ class ChunkPoint:
         return self.start + self.tokens
 
     @property
-    def tps(self) -> float:
-        return self.tokens / (self.ms / 1000.0) if self.ms > 0 else 0.0
+    def tps(self) -> float | None:
+        """Tokens per second; None when the chunk was not timed (a clock too coarse for it)."""
+        return self.tokens / (self.ms / 1000.0) if self.ms > 0 and self.tokens else None
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,12 @@ class TurnRecord:
 
     @property
     def ttft_ms(self) -> float | None:
-        return self.result.result.ttft_ms if self.result else None
+        """None until the turn finished, and for a turn cancelled before its first token:
+        the engine then reports the time until the cancel, which is no time to a token."""
+        if self.result is None:
+            return None
+        done = self.result.result
+        return None if done.stop_reason == "cancelled" and not done.generated else done.ttft_ms
 
     @property
     def diverged_at(self) -> int | None:

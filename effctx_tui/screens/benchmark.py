@@ -93,6 +93,10 @@ class BenchmarkScreen(Screen):
     def running(self) -> bool:
         return self._token is not None
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Run and Workload are hidden while a measurement runs: one at a time."""
+        return not (self.running and action in ("run", "workload"))
+
     def compose(self) -> ComposeResult:
         p = self.plan
         yield Header(show_clock=False)
@@ -130,8 +134,6 @@ class BenchmarkScreen(Screen):
         plt.ylabel("TTFT ms")
 
     def action_run(self) -> None:
-        if self.running:
-            return
         if self._is_busy():
             self.notify("A reply is still running; Esc on the session screen stops it.", severity="warning")
             return
@@ -140,13 +142,12 @@ class BenchmarkScreen(Screen):
         self.remove_class("-workload")
         self.query_one("#bench-summary", Static).update("")
         self._token = CancelToken()
+        self.refresh_bindings()
         self.query_one("#bench-progress-row").add_class("-running")
         self._show_progress("starting", 0, self.plan.steps)
         self._run(self._token)
 
     def action_workload(self) -> None:
-        if self.running:
-            return
         if self._is_busy():
             self.notify("A reply is still running; Esc on the session screen stops it.", severity="warning")
             return
@@ -159,6 +160,7 @@ class BenchmarkScreen(Screen):
         self.add_class("-workload")
         self.query_one("#bench-summary", Static).update("")
         self._token = CancelToken()
+        self.refresh_bindings()
         self.query_one("#bench-progress-row").add_class("-running")
         self._show_progress("starting", 0, None)  # the steps are known once the workload is read
         self._run_workload(self._token)
@@ -209,6 +211,7 @@ class BenchmarkScreen(Screen):
         """A run ended: the progress row goes; the summary line, unless it failed or was
         cancelled, which the summary then says."""
         self._token = None
+        self.refresh_bindings()
         self.query_one("#bench-progress-row").remove_class("-running")
         summary = self.query_one("#bench-summary", Static)
         if message.report is None:

@@ -195,6 +195,7 @@ class ResidencyScreen(Screen):
         """A live update: the new table and what the executor (or the model) says of it."""
         self._table = table
         self._report = report
+        self.refresh_bindings()  # Recompute cold comes and goes with the cold blocks
         self.sub_title = f"policy {report.policy}"
         if not self.is_mounted:
             return  # an update before the first paint: compose and on_mount use it
@@ -267,22 +268,31 @@ class ResidencyScreen(Screen):
         return self._steering
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("budget", "recompute_cold"):
-            return self._steering is not None  # a replay, or a policy without a budget
+        if action in ("budget", "recompute_cold") and self._steering is None:
+            return False  # a replay, or a policy without a budget
+        if action == "recompute_cold":
+            return self._report.cold_tokens > 0
+        if action == "budget":  # not past the context size, nor below one step
+            direction = parameters[0]
+            assert isinstance(direction, int)  # the budget keys' own bindings
+            budget, target = self._budget_step(direction)
+            return target != budget
         return True
 
-    def action_budget(self, direction: int) -> None:
+    def _budget_step(self, direction: int) -> tuple[int, int]:
+        """The budget now and the one a press in `direction` asks for."""
         steering = self._steered
         # From the last budget asked for: presses come faster than the engine answers.
         budget = self._asked_budget or self._report.budget or steering.n_ctx
-        target = min(steering.n_ctx, max(steering.step, budget + direction * steering.step))
-        if target != budget and self._steer(lambda: steering.set_budget(target), f"budget {target:,} tokens"):
+        return budget, min(steering.n_ctx, max(steering.step, budget + direction * steering.step))
+
+    def action_budget(self, direction: int) -> None:
+        _, target = self._budget_step(direction)
+        if self._steer(lambda: self._steered.set_budget(target), f"budget {target:,} tokens"):
             self._asked_budget = target
+            self.refresh_bindings()
 
     def action_recompute_cold(self) -> None:
-        if self._report.cold_tokens == 0:
-            self.notify("No block is cold.")
-            return
         self._steer(self._steered.recompute_cold, "cold blocks recomputed")
 
     def _steer(self, call: Callable[[], object], done: str) -> bool:

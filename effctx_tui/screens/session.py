@@ -107,6 +107,8 @@ _STOP_NOTES: dict[str, str | None] = {"stop": None, "eog": None, "n_ctx": "conte
 
 class SessionScreen(Screen):
     BINDINGS = [
+        # Replay only (see check_action): the prompt is disabled then, so these reach us.
+        *ReplayControls.BINDINGS,
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+l", "load_model", "Load model"),
         Binding("ctrl+n", "new_conversation", "New conversation"),
@@ -116,8 +118,6 @@ class SessionScreen(Screen):
         Binding("ctrl+o", "cells", "Cells"),
         Binding("ctrl+b", "bench", "Benchmark"),
         Binding("ctrl+q", "app.quit", "Quit"),
-        # Replay only (see check_action): the prompt is disabled then, so these reach us.
-        *ReplayControls.BINDINGS,
     ]
 
     def __init__(self, max_tokens: int, player: ReplayPlayer | None = None) -> None:
@@ -129,7 +129,7 @@ class SessionScreen(Screen):
         self.loading = False  # from EngineLoading to EngineReady or EngineFailed
         self.turns_done = 0
         self.last_result: TurnResult | None = None
-        self._replay = ReplayControls(player, self) if player is not None else None
+        self._replay = ReplayControls(player, self, self._clear_for_replay) if player is not None else None
         # Fed with every event from the start, so the timings screen has the history.
         self.timeline = engine_timeline(lambda: self.effctx_app.engine)
         self.restores: dict[str, NodeRestore] = {}  # node id -> its last restore, for the snapshots screen
@@ -200,14 +200,39 @@ class SessionScreen(Screen):
         controls.start()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Whether a key acts now; one that cannot is hidden, so the footer offers only the
+        keys that act (busy, loading and ready change; refresh_bindings follows them)."""
         if self._replay is not None:
-            return self._replay.allows(action)
+            return self._replay.allows(action, parameters)
+        if ReplayControls.owns(action):
+            return False
         if action == "load_model":  # after a failed or cancelled preparation
             return not self.ready and not self.loading
-        return not ReplayControls.owns(action)
+        if action == "stop":
+            return self.busy or self.loading
+        if action == "new_conversation":
+            return self.ready and not self.busy
+        if action in ("residency", "snapshots", "cells", "bench"):
+            return self.ready
+        return True
 
     def action_replay_toggle(self) -> None:
         self._replaying.toggle()
+
+    def action_replay_restart(self) -> None:
+        self._replaying.restart()
+
+    def _clear_for_replay(self) -> None:
+        """Empty the views, for the recording to play into them again."""
+        self.query_one(Transcript).remove_children()
+        self.turns_done = 0
+        self.last_result = None
+        self.restores.clear()
+        self.timeline = engine_timeline(lambda: self.effctx_app.engine)
+        self._resident = 0
+        self._hide_progress()
+        self._refresh_strip()
+        self.query_one(StatusLine).show_ready(0, self._n_ctx)
 
     def action_replay_step(self) -> None:
         self._replaying.step()
@@ -282,7 +307,7 @@ class SessionScreen(Screen):
         if engine is None:
             return
         screen = SnapshotsScreen(
-            engine.tree, detokenize=engine.detokenize, restore=engine.restore_node,
+            engine.tree, detokenize=engine.detokenize, restore=engine.restore_node if engine.can_run else None,
             restores=self.restores, is_busy=lambda: self.busy, events=engine, missing_states=engine.missing_states,
         )
         self.app.push_screen(screen, self._snapshots_closed)
@@ -405,6 +430,7 @@ class SessionScreen(Screen):
 
     def on_turn_done(self, message: TurnDone) -> None:
         self.busy = False
+        self.refresh_bindings()
         self.turns_done += 1
         self._hide_progress()
 
@@ -423,6 +449,7 @@ class SessionScreen(Screen):
             return
         event.input.clear()
         self.busy = True
+        self.refresh_bindings()
         self.query_one(Transcript).add_user(text)
         self.run_turn(text)
 
@@ -438,11 +465,6 @@ class SessionScreen(Screen):
             self.post_message(TurnDone())
 
     def action_new_conversation(self) -> None:
-        if not self.ready:
-            return
-        if self.busy:
-            self.notify("A reply is still running; Esc stops it.", severity="warning")
-            return
         self._engine.reset()
         self.query_one(Transcript).remove_children()
         self.query_one(StatusLine).show_busy(

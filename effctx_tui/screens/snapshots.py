@@ -188,6 +188,7 @@ class SnapshotsScreen(Screen[str | None]):
         """Show the tree as it is now."""
         if self.marked is not None and self.marked not in self.snapshot_tree:
             self.marked = None
+        self.refresh_bindings()  # Diff comes and goes with the mark
         self.query_one(SnapshotTreeView).show(
             self.snapshot_tree, restores=self.restores, marked=self.marked, restoring=self.restoring,
             missing=self.missing,
@@ -216,6 +217,15 @@ class SnapshotsScreen(Screen[str | None]):
     @on(Tree.NodeHighlighted)
     def _highlighted(self) -> None:
         self._show_details()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A key that cannot act is hidden: no restore without a session to restore into
+        (a replay), no diff before a node is marked."""
+        if action in ("restore", "branch"):
+            return self._restore is not None
+        if action == "diff":
+            return self.marked is not None
+        return True
 
     def _describe(self, node_id: str) -> str:
         return f"{node_id} {shortened(self.snapshot_tree.node(node_id).label, 32)!r}"

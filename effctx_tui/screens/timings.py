@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from effctx_core.events.timeline import Explanation, Timeline
+from effctx_core.units import format_ms, format_rate
 from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.timing_charts import CHARTS, REUSED
 
@@ -62,7 +63,7 @@ def explanation_row(e: Explanation, ttft_ms: float | None) -> list[Text | str]:
         f"{e.computed:,}",
         f"{e.dropped:,}",
         f"{e.evicted:,}",
-        "" if ttft_ms is None else f"{ttft_ms:,.1f}",
+        "" if ttft_ms is None else format_ms(ttft_ms),
         Text(e.cause, style="bold"),
         why,
     ]
@@ -70,7 +71,7 @@ def explanation_row(e: Explanation, ttft_ms: float | None) -> list[Text | str]:
 
 def explanation_table(timeline: Timeline) -> Table:
     table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
-    for name in ("turn", "reused", "computed", "dropped", "evicted", "TTFT ms"):
+    for name in ("turn", "reused", "computed", "dropped", "evicted", "TTFT"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("cause", no_wrap=True)
     table.add_column("why", ratio=1)
@@ -83,17 +84,17 @@ def summary(timeline: Timeline) -> Text:
     records = [r for r in timeline.records() if r.check is not None]
     reused = sum(r.reused for r in records)
     computed = sum(r.computed for r in records)
-    chunks = timeline.chunks()
+    timed = [c for c in timeline.chunks() if c.tps is not None]
     gaps = timeline.token_gaps()
     text = Text(f"{len(records)} turns\n", style="bold")
     text.append(f"reused {reused:,} · computed {computed:,}")
     if reused + computed:
         text.append(f" ({reused / (reused + computed):.0%} reused)")
-    if chunks:
-        tokens, ms = sum(c.tokens for c in chunks), sum(c.ms for c in chunks)
-        text.append(f"\nprefill {tokens / (ms / 1000):,.0f} tok/s over {tokens:,} tokens" if ms else "")
+    if timed:
+        tokens, ms = sum(c.tokens for c in timed), sum(c.ms for c in timed)
+        text.append(f"\nprefill {format_rate(tokens / (ms / 1000))} over {tokens:,} tokens")
     if gaps:
-        text.append(f"\ndecode {sum(g.gap_ms for g in gaps) / len(gaps):,.1f} ms/token (mean gap)")
+        text.append(f"\ndecode {format_ms(sum(g.gap_ms for g in gaps) / len(gaps))} per token (mean gap)")
     if timeline.resident:
         text.append(f"\nresident now {timeline.resident[-1][1]:,} tokens")
     return text
@@ -106,13 +107,16 @@ class TimingsScreen(Screen):
     TimingsScreen {
         #timings-charts {
             grid-size: 3 2;
+            grid-gutter: 1 2;
             height: 2fr;
         }
-        PlotextPlot, #timings-summary {
+        /* no border: at 100x30 its two rows are half of what a chart's canvas gets */
+        PlotextPlot { height: 1fr; }
+        #timings-summary {
             border: round $panel-lighten-2;
             height: 1fr;
+            padding: 0 1;
         }
-        #timings-summary { padding: 0 1; }
         #timings-explainer {
             height: 1fr;
             border: round $panel-lighten-2;

@@ -6,12 +6,15 @@ points, which plotext draws in a few milliseconds, so no incremental bookkeeping
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from textual.app import RenderResult
 from textual_plotext import PlotextPlot
 
 from effctx_core.events.timeline import Timeline
+from effctx_core.units import format_count
 
 # The same colour for the same meaning on every chart.
 INPUT, RECOMPUTED, REUSED, LINE = "orange", "red", "green", "cyan"
@@ -33,67 +36,115 @@ class Series:
     label: str | None = None
 
 
-def _turn_ticks(plt, turns: list[float]) -> None:
-    # one tick per turn, but not so many that the labels run into each other
-    step = max(1, len(turns) // 12)
-    plt.xticks(turns[::step], [str(t) for t in turns[::step]])
+@dataclass(frozen=True)
+class Axis:
+    """What an axis measures and in which unit: "tokens" and "turn" are whole numbers,
+    "ms" is shown in ms or, when its values reach a second, in s. A y axis has no title:
+    the chart's title says what it measures."""
+
+    unit: Literal["tokens", "turn", "tok/s", "ms"]
+    title: str = ""
+
+    def scale(self, largest: float) -> tuple[str, float]:
+        """The unit printed and the factor of the values to it."""
+        if self.unit == "ms" and largest >= 1000:
+            return "s", 1000.0
+        return self.unit, 1.0
+
+    def label(self, largest: float) -> str:
+        unit, _ = self.scale(largest)
+        return self.title if unit == "turn" else f"{self.title} ({unit})"
 
 
-def draw_chart(
-    plot: PlotextPlot,
-    title: str,
-    xlabel: str,
-    series: list[Series],
-    *,
-    headroom: float | None = None,
-    turn_ticks: bool = False,
-) -> None:
-    """Replot `series` in order, leaving out empty ones. `headroom` starts the y axis at 0
-    with that much room over the top for the legend; `turn_ticks` says x is turns."""
-    shown = [s for s in series if s.x]
-    plt = plot.plt
-    plt.clear_data()
-    plt.title(title + ("" if shown else " · no data yet"))
-    plt.xlabel(xlabel)
-    for s in shown:
-        method, options = KINDS[s.kind]
-        getattr(plt, method)(s.x, s.y, color=s.colour, label=s.label, **options)
-    if shown and headroom:
-        plt.ylim(0, max(max(s.y) for s in shown) * headroom or 1)
-    if shown and turn_ticks:
-        _turn_ticks(plt, shown[0].x)
-    plot.refresh()
+def ticks(lo: float, hi: float, whole: bool, most: int = 5) -> tuple[list[float], float]:
+    """Round tick values (1, 2, 2.5 or 5 times a power of ten apart) from lo to hi, at most
+    about `most` of them, and their step; `whole` keeps the step a whole number."""
+    span = hi - lo or abs(hi) or 1.0
+    power = 10.0 ** math.floor(math.log10(span / most))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= span / most)
+    if whole:
+        step = float(max(1, round(step)))
+    first = math.ceil(lo / step - 1e-9) * step
+    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)], step
+
+
+def tick_labels(values: list[float], step: float) -> list[str]:
+    """As many decimals as the step needs: 0.5 steps print 0.5, 1.0; 500 steps 1,000."""
+    decimals = max(0, -math.floor(math.log10(step)))
+    return [format_count(v) if decimals == 0 else f"{v:,.{decimals}f}" for v in values]
+
+
+def _set_ticks(plt, axis: Axis, lo: float, hi: float, which: Literal["x", "y"], most: int) -> None:
+    _, factor = axis.scale(hi)
+    values, step = ticks(lo / factor, hi / factor, axis.unit in ("tokens", "turn"), most)
+    set_ticks = plt.xticks if which == "x" else plt.yticks
+    set_ticks([v * factor for v in values], tick_labels(values, step))
 
 
 class TimingChart(PlotextPlot):
     """A chart of the timings screen: `draw` replots it from a Timeline."""
 
+    # Rows of the widget that are not the plot's canvas: title, frame top and bottom,
+    # x ticks, x label.
+    FRAME_ROWS = 5
+    _y: tuple[Axis, float] | None = None  # the y axis and its top, once there is data
+
     def draw(self, timeline: Timeline) -> None:
         raise NotImplementedError
+
+    def replot(self, title: str, x: Axis, y: Axis, series: list[Series], *, headroom: float = 1.0) -> None:
+        """Replot `series` in order, leaving out empty ones. The y axis starts at 0 and has
+        `headroom` times the largest value on top (room for the legend); both axes have
+        round ticks in their unit, and the title says the y unit."""
+        shown = [s for s in series if s.x]
+        plt = self.plt
+        plt.clear_data()
+        top = max((v for s in shown for v in s.y), default=0.0) * headroom or 1.0
+        plt.title(f"{title} ({y.scale(top)[0]})" + ("" if shown else " · no data yet"))
+        xs = [v for s in shown for v in s.x]
+        plt.xlabel(x.label(max(xs, default=0.0)))
+        for s in shown:
+            method, options = KINDS[s.kind]
+            getattr(plt, method)(s.x, s.y, color=s.colour, label=s.label, **options)
+        self._y = (y, top) if shown else None
+        if shown:
+            plt.ylim(0, top)
+            _set_ticks(plt, x, min(xs), max(xs), "x", most=12 if x.unit == "turn" else 5)
+        self.refresh()
+
+    def render(self) -> RenderResult:
+        # The y ticks are set where the height is known: no more than its rows can tell apart.
+        if self._y is not None:
+            axis, top = self._y
+            _set_ticks(self.plt, axis, 0, top, "y", most=max(2, (self.size.height - self.FRAME_ROWS) // 2))
+        return super().render()
+
+
+TURN = Axis("turn", "turn")
+TOKENS, MS = Axis("tokens"), Axis("ms")
 
 
 class PrefillSpeedChart(TimingChart):
     def draw(self, timeline: Timeline) -> None:
-        chunks = timeline.chunks()
+        measured = [(c.stage, c.end, tps) for c in timeline.chunks() if (tps := c.tps) is not None]
         series = []
         for stage, colour, label in (("prefill", INPUT, "input"), ("prefix", RECOMPUTED, "earlier tape")):
-            points = [c for c in chunks if c.stage == stage]
-            series.append(Series("dots", [c.end for c in points], [c.tps for c in points], colour, label))
-        draw_chart(self, "Prefill tok/s per chunk, by position", "cache position (end of chunk)", series,
-                   headroom=1.35)
+            points = [(end, tps) for kind, end, tps in measured if kind == stage]
+            series.append(Series("dots", [end for end, _ in points], [tps for _, tps in points], colour, label))
+        self.replot("Prefill speed", Axis("tokens", "cache position"), Axis("tok/s"), series, headroom=1.35)
 
 
 class TTFTChart(TimingChart):
     def draw(self, timeline: Timeline) -> None:
         ttft = timeline.ttft()
-        draw_chart(self, "TTFT per turn (ms)", "turn",
-                   [Series("bars", [t for t, _ in ttft], [ms for _, ms in ttft], LINE)], turn_ticks=True)
+        self.replot("Time to first token", TURN, MS,
+                   [Series("bars", [t for t, _ in ttft], [ms for _, ms in ttft], LINE)])
 
 
 class DecodeChart(TimingChart):
     def draw(self, timeline: Timeline) -> None:
         gaps = timeline.token_gaps()
-        draw_chart(self, "Decode ms per token", "decoded tokens, whole session",
+        self.replot("Decode time per token", Axis("tokens", "decoded so far"), MS,
                    [Series("line", [g.seq for g in gaps], [g.gap_ms for g in gaps], LINE)])
 
 
@@ -104,17 +155,17 @@ class ReuseChart(TimingChart):
         # Drawn as the total with the reused part over it: plotext's stacked_bar leaves a
         # blank cell at the foot of a bar whose first layer is 0.
         reused = [r for r in records if r.reused]
-        draw_chart(self, "Tokens per turn: reused + computed", "turn", [
+        self.replot("Reuse per turn", TURN, TOKENS, [
             Series("bars", [r.turn for r in records], [r.reused + r.computed for r in records], INPUT, "computed"),
             Series("bars", [r.turn for r in reused], [r.reused for r in reused], REUSED, "reused"),
-        ], headroom=1.3, turn_ticks=True)
+        ], headroom=1.3)
 
 
 class ResidentChart(TimingChart):
     def draw(self, timeline: Timeline) -> None:
         samples = timeline.resident
-        draw_chart(self, "KV resident tokens", "seconds since the engine started",
-                   [Series("line", [t / 1000.0 for t, _ in samples], [n for _, n in samples], REUSED)])
+        self.replot("KV resident", Axis("ms", "since the engine started"), TOKENS,
+                   [Series("line", [t for t, _ in samples], [n for _, n in samples], REUSED)])
 
 
 CHARTS: tuple[type[TimingChart], ...] = (PrefillSpeedChart, TTFTChart, DecodeChart, ReuseChart, ResidentChart)

@@ -7,7 +7,9 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from textual.widgets import Input, Static
+import pytest
+from textual.widgets import Footer, Input, Static
+from textual.widgets._footer import FooterKey
 
 from effctx_core.events.reader import read_trace
 from effctx_core.residency import BlockClass
@@ -74,6 +76,60 @@ async def test_the_streaming_demo_shows_the_recorded_plan_on_the_residency_scree
         ]
         # the inspector opens on the first block, and says why the recording's policy kept it
         assert screen.query_one(ResidencyView).cursor_block.reason.text == "inside the attention-sink tokens at the start of the tape"
+
+
+def footer_keys(app) -> list[FooterKey]:
+    return [key for key in app.screen.query_one(Footer).query(FooterKey) if not key.has_class("-command-palette")]
+
+
+def shown(app) -> list[tuple[str, str]]:
+    return [(key.key_display, key.description) for key in footer_keys(app)]
+
+
+async def test_a_replay_footer_offers_the_replay_keys_first_and_hides_what_would_continue_it():
+    app = EffctxApp(replay=demo("chat"), replay_paused=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: footer_keys(app), seconds=5)
+        assert shown(app)[:8] == [("space", "Play/pause"), ("n", "Step"), ("+", "Faster"), ("-", "Slower"),
+                                  ("^r", "Residency"), ("^t", "Snapshots"), ("^g", "Timings"), ("^q", "Quit")]
+        assert not {"Stop", "Load model", "New conversation", "Cells", "Benchmark"} & {d for _, d in shown(app)}
+        palette = app.screen.query_one(".-command-palette", FooterKey)
+        assert all(key.region.right <= palette.region.x for key in footer_keys(app)[:4])  # none under the palette
+
+
+async def test_the_speed_keys_go_at_the_fastest_and_the_slowest_speed():
+    app = EffctxApp(replay=demo("chat"), replay_paused=True, replay_speed=32)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("plus")
+        assert app.player.speed == 64.0
+        assert [d for _, d in shown(app)][:4] == ["Play/pause", "Step", "Slower", "Residency"]
+        app.player.speed = 0.5
+        await pilot.press("minus")
+        assert app.player.speed == 0.25
+        assert [d for _, d in shown(app)][:4] == ["Play/pause", "Step", "Faster", "Residency"]
+
+
+async def test_space_at_the_end_plays_the_recording_again_from_its_start():
+    app = EffctxApp(replay=demo("chat"), replay_speed=64)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: app.player.done and screen.turns_done == 3, seconds=30)
+        # within the subtitle's tick: nothing is left to step through, and Space plays again
+        await wait_for(pilot, lambda: shown(app)[:2] == [("space", "Play again"), ("-", "Slower")], seconds=2)
+        played_again = []
+        app.engine.subscribe(played_again.append)
+        await pilot.press("space")
+        await wait_for(pilot, lambda: app.player.done and screen.turns_done == 3, seconds=30)
+        assert [e.kind for e in played_again] == [e.kind for e in demo("chat").events]
+        turns = [str(w.render()) for w in screen.query_one(Transcript).children]
+        assert turns[0::2] == ["What is the capital of France?", "And of Italy?", "Tell me about the sky."]
+        assert [n.label for n in app.engine.tree] == ["start", *turns[0::2]]
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)])
+def test_snapshot_of_a_paused_replay_at_its_start(snap_compare, size):
+    # the footer a replay opens with: its own keys first, then the views it can show
+    assert snap_compare(EffctxApp(replay=demo("chat"), replay_paused=True, theme="effctx-dark"), terminal_size=size)
 
 
 def test_a_damaged_trace_is_refused_in_one_line(tmp_path):

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 from textual.command import CommandList
-from textual.widgets import Input, Label
+from textual.widgets import Footer, Input, Label
+from textual.widgets._footer import FooterKey
 
 from effctx_core.snapshots import CorruptSnapshotError, SnapshotStore
 from effctx_core.snapshots.tree import SnapshotTree
@@ -53,6 +54,12 @@ def status_bar(screen: SnapshotsScreen) -> str:
 
 def notifications(app) -> list[str]:
     return [n.message for n in app._notifications]  # Textual keeps no public list
+
+
+def footer(app) -> list[str]:
+    """The screen's own keys the footer offers (not the app's, nor the palette)."""
+    return [key.description for key in app.screen.query_one(Footer).query(FooterKey)
+            if key.description not in ("Help", "Theme", "palette")]
 
 
 def state(app: EffctxApp, node_id: str) -> str:
@@ -237,11 +244,13 @@ async def test_without_an_engine_the_screen_shows_and_compares_but_does_not_rest
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.screen_under_test
         assert screen.selected == "n3"
-        await pilot.press("enter")
-        assert notifications(app)[-1] == "There is no session to restore into."
-        await pilot.press("D")
-        assert notifications(app)[-1] == "Mark a node with m first, then select another and press D."
-        await pilot.press("up", "m", "down", "down", "x")  # mark n2, compare it with n4
+        # nothing to restore into, nothing marked: restore, branch and diff are not offered
+        assert footer(app) == ["Rename", "Delete", "Mark", "Back"]
+        await pilot.press("enter", "b")
+        assert screen.restoring is None and notifications(app) == []
+        await pilot.press("up", "m")  # mark n2
+        assert footer(app) == ["Rename", "Delete", "Mark", "Diff with mark", "Back"]
+        await pilot.press("down", "down", "x")  # compare n2 with n4
         await wait_for(pilot, lambda: isinstance(app.screen, DiffScreen))
         assert app.screen.report.diff.common_prefix == 11
 

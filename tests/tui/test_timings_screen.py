@@ -7,22 +7,26 @@ The hand-made session (t_ms in engine milliseconds):
     turn 2  everything reused (1,206), 40 new tokens, 6 decoded
     turn 3  an edit at token 600: 600 reused, 652 dropped, 652 re-prefilled + 30 new
     turn 4  a stop text past the tape: 4 dropped, 1,888 reused, 25 new
+    turn 5  one new token, its chunk too quick for the clock (0 ms), cancelled before
+            the first token
 """
 
 from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 from textual.app import App
 from textual.widgets import Static
 
 from effctx_core.engine import TurnResult
-from effctx_core.events.explain import ALL_REUSED
+from effctx_core.events.explain import EXTENDS
 from effctx_core.events.timeline import Timeline
 from effctx_core.events.trace import PrefillChunk, PrefixChecked, TokenDecoded, TurnFinished, TurnStarted
 from effctx_tui.app import EffctxApp
-from effctx_tui.screens.timings import TimingsScreen
+from effctx_tui.screens.timings import TimingsScreen, explanation_row, summary
+from effctx_tui.widgets.timing_charts import Axis, tick_labels, ticks
 from tests.helpers.pilot_wait import wait_for
 
 SIZE = (140, 44)
@@ -33,9 +37,10 @@ def words(tokens) -> str:
     return "".join(WORDS[t % len(WORDS)] for t in tokens)
 
 
-def finished(n, reused, prefilled, generated, resident, ttft_ms, dropped=0, t_ms=0.0) -> TurnFinished:
+def finished(n, reused, prefilled, generated, resident, ttft_ms, dropped=0, t_ms=0.0,
+             stop_reason="max_tokens") -> TurnFinished:
     return TurnFinished(turn=n, t_ms=t_ms, result=TurnResult(
-        text="", stop_reason="max_tokens", reused=reused, prefilled=prefilled, generated=generated, dropped=dropped,
+        text="", stop_reason=stop_reason, reused=reused, prefilled=prefilled, generated=generated, dropped=dropped,
         evicted=0, prefix_reason="", ttft_ms=ttft_ms, prefill_ms=0.0, decode_ms=0.0, prefill_tps=0.0,
         decode_tps=0.0, resident=resident, available=8192 - resident, n_ctx=8192,
     ))
@@ -80,6 +85,11 @@ def session_events() -> list:
         chunk(4, "prefill", 1288, 25, 22.0, 7023.0),
         *decoded(4, 1313, 7030.0, [15.0, 14.5, 16.0, 15.5, 15.0, 16.5]),
         finished(4, 1288, 25, 6, 1319, 35.0, dropped=4, t_ms=7125.0),
+        TurnStarted(turn=5, input_text="e", prefix_tokens=1319, suffix_tokens=1, t_ms=9000.0),
+        PrefixChecked(turn=5, reused=1319, prefilled=0, dropped=0, resident=1319, reason="extends the resident tape",
+                      t_ms=9000.5),
+        chunk(5, "prefill", 1319, 1, 0.0, 9000.5),
+        finished(5, 1319, 1, 0, 1320, 120.0, t_ms=9120.0, stop_reason="cancelled"),
     ]
 
 
@@ -98,8 +108,44 @@ class TimingsApp(App):
         self.push_screen(TimingsScreen(fixed_timeline()))
 
 
-def test_snapshot_of_a_fixed_session(snap_compare):
-    assert snap_compare(TimingsApp(), terminal_size=SIZE)
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=["100x30", "160x48"])
+def test_snapshot_of_a_fixed_session(snap_compare, size):
+    assert snap_compare(TimingsApp(), terminal_size=size)
+
+
+def test_a_turn_cancelled_before_its_first_token_has_no_ttft():
+    timeline = fixed_timeline()
+    assert timeline.ttft() == [(1, 452.0), (2, 48.0), (3, 305.0), (4, 35.0)]
+    assert explanation_row(timeline.explain(5), timeline.turns[5].ttft_ms)[5] == ""
+
+
+def test_the_session_prefill_speed_counts_only_timed_chunks():
+    timeline = fixed_timeline()
+    assert [c.tps for c in timeline.turns[5].chunks] == [None]
+    # 1,947 tokens in 762 ms of timed chunks; turn 5's one token took no measurable time
+    assert "prefill 2,555 tok/s over 1,947 tokens" in summary(timeline).plain
+
+
+def test_durations_are_in_ms_or_s_and_the_ttft_column_says_its_unit():
+    timeline = fixed_timeline()
+    assert explanation_row(timeline.explain(1), timeline.turns[1].ttft_ms)[5] == "452 ms"
+    assert "decode 14 ms per token (mean gap)" in summary(timeline).plain
+
+
+@pytest.mark.parametrize(("lo", "hi", "whole", "values", "labels"), [
+    (512, 1313, True, [600, 800, 1000, 1200], ["600", "800", "1,000", "1,200"]),  # token positions
+    (1, 23, True, [5, 10, 15, 20], ["5", "10", "15", "20"]),
+    (0, 1.8, False, [0, 0.5, 1.0, 1.5], ["0.0", "0.5", "1.0", "1.5"]),
+    (0, 2, True, [0, 1, 2], ["0", "1", "2"]),  # a whole axis never has a tick between two integers
+])
+def test_chart_ticks_are_round_values_labelled_as_a_person_reads_them(lo, hi, whole, values, labels):
+    ticks_, step = ticks(lo, hi, whole)
+    assert (ticks_, tick_labels(ticks_, step)) == (values, labels)
+
+
+def test_a_millisecond_axis_reaching_a_second_is_in_seconds():
+    assert (Axis("ms", "since start").label(7144.3), Axis("ms").scale(7144.3)) == ("since start (s)", ("s", 1000.0))
+    assert Axis("ms", "gap").label(850.0) == "gap (ms)"
 
 
 async def test_the_explainer_shows_the_engine_numbers_of_turn_two(default_model):
@@ -120,10 +166,10 @@ async def test_the_explainer_shows_the_engine_numbers_of_turn_two(default_model)
         e = timings.timeline.explain(2)
         assert (e.reused, e.computed, e.dropped) == (last.reused, last.prefilled, last.dropped)
         # Turn 1 stopped where the model opened the next user turn; the tape kept that
-        # opening, so turn 2 went on from it: everything reused, only its input computed.
+        # opening, so turn 2 went on from it, extending the resident tape: only its input computed.
         assert last.prefix_reason == "identical to the resident tape"
         assert (last.dropped, e.recomputed) == (0, 0)
-        assert e.cause == ALL_REUSED
+        assert e.cause == EXTENDS
         assert e.detail == f"all {last.reused} resident tokens reused; only the {last.prefilled} new tokens computed"
         assert e.divergence is None  # nothing of the tape was cut
         console = Console(width=SIZE[0], record=True, file=io.StringIO())

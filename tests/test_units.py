@@ -1,0 +1,33 @@
+"""Figures as a person reads them: counts with separators, durations in ms or s, rates
+only when they were measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from effctx_core.units import format_count, format_ms, format_rate
+
+
+@pytest.mark.parametrize(("n", "text"), [(0, "0"), (15.0, "15"), (26.8, "27"), (2713, "2,713"), (1_048_576, "1,048,576")])
+def test_a_count_is_a_whole_number_with_thousands_separators(n, text):
+    assert format_count(n) == text
+
+
+@pytest.mark.parametrize(("ms", "text"), [
+    (0.04, "0.0 ms"), (2.5, "2.5 ms"), (9.96, "10 ms"), (850.2, "850 ms"), (999.4, "999 ms"),
+    (999.6, "1.00 s"), (7144.3, "7.14 s"), (26_800, "26.8 s"), (1_234_000, "1,234 s"),
+])
+def test_a_duration_is_in_ms_below_a_second_and_in_s_above(ms, text):
+    assert format_ms(ms) == text
+
+
+@pytest.mark.parametrize(("rate", "text"), [
+    (0.5, "0.5 tok/s"), (0.004, "0.004 tok/s"), (1.0, "1.00 tok/s"), (12.34, "12.3 tok/s"), (1234.5, "1,234 tok/s"),
+])
+def test_a_measured_rate_keeps_three_significant_digits_and_is_never_printed_as_0(rate, text):
+    assert format_rate(rate) == text
+
+
+@pytest.mark.parametrize("rate", [0.0, float("inf")])
+def test_a_rate_of_nothing_timed_is_not_a_figure(rate):
+    assert format_rate(rate) is None
