@@ -137,6 +137,15 @@ def test_the_conversion_counts_the_bytes_of_the_tensors_rising_by_at_most_one_te
     assert all(b > a for a, b in zip(done, done[1:]))
 
 
+def test_the_written_ir_is_checked_with_progress_over_all_its_bytes(tiny, tmp_path):
+    calls: list[tuple[str, int, int]] = []
+    done = convert_gguf(tiny[0], "int8", lambda *call: calls.append(call), out_dir=tmp_path / "ir")
+    checked = [(d, t) for stage, d, t in calls if stage == "checking the IR"]
+    size = sum(f.stat().st_size for f in done.path.iterdir() if f.name != "effctx-manifest.json")
+    assert checked and checked[-1] == (size, size)
+    assert all(b > a for (a, _), (b, _) in zip(checked, checked[1:]))
+
+
 def test_a_tensor_larger_than_a_slice_is_counted_slice_by_slice_and_converted_the_same(tiny, tmp_path, monkeypatch):
     whole = convert_gguf(tiny[0], "int8", out_dir=tmp_path / "whole").path / "openvino_model.bin"
     monkeypatch.setattr(convert_module, "_SLICE_BYTES", 16 * 1024)

@@ -423,17 +423,24 @@ def _manifest_of(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _file_records(folder: Path) -> dict[str, dict[str, Any]]:
+def _file_records(folder: Path, progress: ProgressFn | None = None) -> dict[str, dict[str, Any]]:
     """Each file of a converted folder but the manifest: its size and sha256, read back
-    after an fsync (so a write the disk could not hold fails here, not after the rename)."""
-    records = {}
-    for path in sorted(folder.iterdir()):
-        if path.name == MANIFEST:
-            continue
+    after an fsync (so a write the disk could not hold fails here, not after the rename).
+    Progress counts the bytes read back, of all the files."""
+    paths = [path for path in sorted(folder.iterdir()) if path.name != MANIFEST]
+    total = sum(path.stat().st_size for path in paths)
+    records, before = {}, 0
+    for path in paths:
         with path.open("rb") as f:
             os.fsync(f.fileno())
             size = os.fstat(f.fileno()).st_size
-        records[path.name] = {"bytes": size, "sha256": sha256_uncached(path)}
+
+        def read(_stage: str, done: int, _size: int, before: int = before) -> None:
+            assert progress is not None  # passed on only with a progress
+            progress("checking the IR", before + done, total)
+
+        records[path.name] = {"bytes": size, "sha256": sha256_uncached(path, read if progress else None)}
+        before += size
     return records
 
 
@@ -563,7 +570,7 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
     except OSError as exc:
         raise _write_error(folder, exc, weight_bytes) from None
     try:
-        if progress:
+        if progress:  # ov.save_model reports nothing, and writes its .bin in one go at the end
             progress("writing the IR", 0, 1)
         ov.save_model(model, tmp / MODEL_XML, compress_to_fp16=False)
         (tmp / GENERATION_CONFIG).write_text(json.dumps(generation_config(reader), indent=1))
@@ -575,7 +582,7 @@ def convert_gguf(gguf_path: Path, weights: str = "int8", progress: ProgressFn | 
             "logits": logits_of,
             "weight_bytes": weight_bytes,
             "hyper_params": asdict(hp),
-            "files": _file_records(tmp),
+            "files": _file_records(tmp, progress),
             "seconds": round(time.perf_counter() - t0, 1),
             "openvino": ov.get_version(),
         }
