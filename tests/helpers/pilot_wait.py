@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from textual import events
+from textual.widgets import Input, ProgressBar
+
 
 async def wait_for(pilot, condition, seconds: float = 60.0) -> None:
     for _ in range(int(seconds / 0.02)):
@@ -21,3 +24,18 @@ async def until(condition, seconds: float = 60.0) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError("condition not reached in time")
+
+
+LONG_PROMPT = "The grass is green. " * 500  # 2,506 tokens on the default model
+
+
+async def start_a_long_prefill(pilot, app) -> None:
+    """Send LONG_PROMPT on the session screen once it is ready, and return when its
+    prefill has reported a chunk: it is still running then. The Enter is posted, not
+    pressed: Pilot.press would wait for an idle app, which it is not during a prefill."""
+    screen = app.session_screen
+    await wait_for(pilot, lambda: screen.ready)
+    screen.query_one(Input).value = LONG_PROMPT
+    app.post_message(events.Key("enter", None))
+    bar = screen.query_one(ProgressBar)
+    await until(lambda: bar.total == 2506)

@@ -3,11 +3,8 @@ ready, busy (a replay's keys are in test_replay_console). On the real default mo
 
 from __future__ import annotations
 
-from textual import events
-from textual.widgets import Input, ProgressBar
-
 from effctx_tui.app import EffctxApp
-from tests.helpers.pilot_wait import until, wait_for
+from tests.helpers.pilot_wait import start_a_long_prefill, until, wait_for
 
 
 def offered(app: EffctxApp) -> list[str]:
@@ -30,11 +27,7 @@ async def test_while_a_reply_runs_stop_is_offered_and_a_new_conversation_is_not(
     app = EffctxApp(max_tokens=1, checkpoints=None)
     async with app.run_test(size=(100, 30)) as pilot:
         screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
-        screen.query_one(Input).value = "The grass is green. " * 500
-        app.post_message(events.Key("enter", None))
-        bar = screen.query_one(ProgressBar)
-        await until(lambda: bar.total == 2506)  # the prefill runs
+        await start_a_long_prefill(pilot, app)
         assert offered(app) == ["Stop", "Residency", "Snapshots", "Timings", "Cells", "Benchmark"]
         await wait_for(pilot, lambda: screen.turns_done == 1)
         assert "Stop" not in offered(app) and "New conversation" in offered(app)

@@ -14,7 +14,7 @@ from effctx_core.snapshots.tree_file import list_sessions
 from effctx_tui.app import EffctxApp
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
-from tests.helpers.pilot_wait import until, wait_for
+from tests.helpers.pilot_wait import start_a_long_prefill, until, wait_for
 
 
 def status_text(screen) -> str:
@@ -47,12 +47,8 @@ async def test_keys_are_answered_while_a_long_prefill_runs(default_model):
     app = EffctxApp(max_tokens=1, checkpoints=None)
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
         prompt = screen.query_one(Input)
-        prompt.value = "The grass is green. " * 500
-        app.post_message(events.Key("enter", None))
-        bar = screen.query_one(ProgressBar)
-        await until(lambda: bar.total == 2506)  # the first prefill chunk has been reported
+        await start_a_long_prefill(pilot, app)
         for key in "abc":
             app.post_message(events.Key(key, key))
         await until(lambda: prompt.value == "abc")
@@ -148,11 +144,7 @@ async def test_escape_cancels_a_long_prefill(default_model):
     app = EffctxApp(max_tokens=1, checkpoints=None)
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
-        screen.query_one(Input).value = "The grass is green. " * 500
-        app.post_message(events.Key("enter", None))
-        bar = screen.query_one(ProgressBar)
-        await until(lambda: bar.total == 2506)  # the first chunk is done
+        await start_a_long_prefill(pilot, app)
         app.post_message(events.Key("escape", None))
         await wait_for(pilot, lambda: screen.turns_done == 1)
         assert screen.last_result.stop_reason == "cancelled"
