@@ -21,6 +21,7 @@ from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, Matrix, M
 from effctx_core.certify.verdict import Verdict, verdicts
 from effctx_core.engine import EventSource, SwapResult
 from effctx_core.errors import Cancelled, EffctxError
+from effctx_core.events.explain import swap_sentence
 from effctx_core.events.subscribers import Unsubscribe
 from effctx_core.events.trace import PrefillChunk
 from effctx_core.residency.report import MODELED, OBSERVED
@@ -313,6 +314,5 @@ class CellsScreen(Screen):
             return
         r = message.result
         assert r is not None  # a swap without an error has its result
-        how = "state carried over" if r.mode == "exact" else f"recomputed {r.recomputed} tokens"
-        note.update(f"now on {r.new_profile}: {how} in {r.ms:.0f} ms ({r.reason})")
+        note.update(swap_sentence(r))
         self._fill()

@@ -17,6 +17,7 @@ from effctx_core.certify.matrix import cell_matrix
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import ConsoleEngine, NodeRestore, TurnResult
 from effctx_core.errors import EffctxError
+from effctx_core.events.explain import reset_sentence, swap_sentence
 from effctx_core.events.trace import (
     CellSwapped,
     ErrorRaised,
@@ -26,6 +27,7 @@ from effctx_core.events.trace import (
     PrefillChunk,
     PrefixCacheLookup,
     SessionOpened,
+    SwapAbandoned,
     TokenDecoded,
     TurnFinished,
     TurnStarted,
@@ -40,6 +42,7 @@ from effctx_tui.screens.residency import BudgetSteering, ResidencyScreen, change
 from effctx_tui.screens.snapshots import BRANCH, SnapshotsScreen
 from effctx_tui.screens.timings import TimingsScreen, engine_timeline
 from effctx_tui.widgets.footer import EffctxFooter
+from effctx_tui.widgets.prompt_input import PromptInput
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.snapshot_tree import restore_summary
 from effctx_tui.widgets.status_line import StatusLine
@@ -52,6 +55,15 @@ if TYPE_CHECKING:
 
 # Prefills shorter than this finish before a progress bar would be readable.
 PROGRESS_MIN_TOKENS = 256
+
+# The first screen's notes: what a newcomer sees without being told.
+STRIP_NOTE = ("From the first turn on, the coloured strip above the status line is the KV cache, block by "
+              "block: sink, recent and hot are resident, cold is parked, evicted is gone (Ctrl+R explains it).")
+
+
+def base_model_note(model: str) -> str:
+    return (f"{model} is a base model: it continues text instead of following instructions, "
+            "so expect loose answers to questions.")
 
 
 def prefix_note(name: str, event: PrefixCacheLookup) -> str:
@@ -92,6 +104,7 @@ class ConsoleHost(Protocol):
 
     engine: ConsoleEngine | None
     prefix_name: str
+    session_name: str | None  # the name the tree is saved under (None: not saved)
     bench_plan: CellBenchPlan
 
     def open_engine(self) -> None: ...
@@ -135,6 +148,7 @@ class SessionScreen(Screen):
         self.restores: dict[str, NodeRestore] = {}  # node id -> its last restore, for the snapshots screen
         self._n_ctx = 0
         self._resident = 0
+        self._introduced = False  # the first screen's notes (the strip, a base model) are said once
 
     @property
     def effctx_app(self) -> ConsoleHost:
@@ -162,7 +176,7 @@ class SessionScreen(Screen):
             yield ProgressBar(id="progress", show_eta=False)
         yield ResidencyStrip(id="residency-strip")
         yield StatusLine(id="status")
-        yield Input(placeholder="Loading the model…", id="prompt")
+        yield PromptInput(placeholder="Loading the model…", id="prompt")
         yield EffctxFooter()
 
     def on_mount(self) -> None:
@@ -254,10 +268,31 @@ class SessionScreen(Screen):
         self._n_ctx = message.info.n_ctx
         self._hide_progress()
         facts = message.info.facts
-        self.sub_title = f"{facts.name} · {message.info.backend} {message.info.backend_version} · n_ctx {message.info.n_ctx}"
+        self._show_cell(facts.name, self._engine.profile.name, message.info.backend, message.info.n_ctx)
         prompt = self.query_one(Input)
         prompt.placeholder = "Say something and press Enter (Esc stops a reply)"
         self.query_one(StatusLine).show_ready(self._resident, self._n_ctx)
+        if not self._introduced:
+            self._introduced = True
+            transcript = self.query_one(Transcript)
+            transcript.add_note(STRIP_NOTE)
+            if facts.chat_template is None:
+                transcript.add_note(base_model_note(facts.name))
+
+    def _show_cell(self, model: str, profile: str, backend: str, n_ctx: int) -> None:
+        """What runs, in the header: the session's name (when it is saved), the model, the
+        profile and its backend, the context."""
+        name = self.effctx_app.session_name
+        session = f"session {name} · " if name else ""
+        self.sub_title = f"{session}{model} · {profile} on {backend} · n_ctx {n_ctx:,}"
+
+    def _show_engine_state(self, what: str) -> None:
+        """After an operation between turns (a swap, a cancelled swap): the status line and
+        the strip as the engine holds them now, and what was done."""
+        self._hide_progress()  # a recompute showed its prefill
+        self._resident = self._engine.residency.report().resident_tokens
+        self._refresh_strip()
+        self.query_one(StatusLine).show_busy(what, self._resident, self._n_ctx)
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.loading = False
@@ -378,6 +413,9 @@ class SessionScreen(Screen):
             PrefixCacheLookup: self._on_prefix_cache,
             ErrorRaised: lambda e: self.query_one(Transcript).add_error(f"{e.error}: {e.message}"),
             CellSwapped: self._on_cell_swapped,
+            SwapAbandoned: lambda e: self._show_engine_state(
+                f"swap to {e.new_profile} cancelled after recomputing {e.done:,} of {e.total:,} tokens; "
+                f"still on {e.old_profile}"),
             NodeAdded: self._on_node_added,
             NodeRestored: self._on_node_restored,
         }
@@ -404,7 +442,10 @@ class SessionScreen(Screen):
         self._resident = result.resident
         note = _STOP_NOTES.get(result.stop_reason, result.stop_reason.replace("_", " "))
         self.query_one(Transcript).finish_reply(result.text, note)
-        self.query_one(StatusLine).show_turn(result)
+        explained = self.timeline.explain(event.turn)
+        # A turn cancelled in its prefill has no prefix cause; its reason says where it stopped.
+        cause = explained.cause if explained is not None and result.prefix_cause else result.prefix_reason
+        self.query_one(StatusLine).show_turn(result, cause)
         if self._replay is not None:
             self.turns_done += 1  # live, the turn worker counts it
 
@@ -417,7 +458,10 @@ class SessionScreen(Screen):
 
     def _on_cell_swapped(self, event: CellSwapped) -> None:
         self._n_ctx = event.n_ctx
-        self.sub_title = f"{event.new_profile} · {event.backend} · n_ctx {event.n_ctx}"
+        self._show_cell(event.model or self._engine.model_name, event.new_profile, event.backend, event.n_ctx)
+        sentence = swap_sentence(event)
+        self.query_one(Transcript).add_note(sentence, event.details and f"runtime identity: {event.details}")
+        self._show_engine_state(sentence)
 
     def _on_node_added(self, event: NodeAdded) -> None:
         self.effctx_app.save_session()
@@ -467,9 +511,8 @@ class SessionScreen(Screen):
     def action_new_conversation(self) -> None:
         self._engine.reset()
         self.query_one(Transcript).remove_children()
-        self.query_one(StatusLine).show_busy(
-            "new conversation: the next turn drops what is resident", self._resident, self._n_ctx
-        )
+        # The cache still holds the old tape until the next turn: the resident count stays.
+        self.query_one(StatusLine).show_busy(reset_sentence(self._engine.residency.evicts), self._resident, self._n_ctx)
 
     def action_stop(self) -> None:
         if self.busy:

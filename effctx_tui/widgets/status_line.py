@@ -17,7 +17,9 @@ class StatusLine(Static):
     def show_ready(self, resident: int, n_ctx: int) -> None:
         self.update(self._residency(resident, n_ctx) + Content.styled("  │  no turn yet", MUTED))
 
-    def show_turn(self, done: TurnResult) -> None:
+    def show_turn(self, done: TurnResult, cause: str) -> None:
+        """The last turn's counts and speeds, and `cause`: why it reused what it reused,
+        in the words of the timings screen (events/explain.py)."""
         self.update(Content.assemble(
             self._residency(done.resident, done.n_ctx),
             "  │  last turn: ",
@@ -28,7 +30,7 @@ class StatusLine(Static):
             f" · generated {done.generated}\n",
             (f"TTFT {done.ttft_ms:.0f} ms", "bold"),
             f" · prefill {done.prefill_tps:.0f} tok/s · decode {done.decode_tps:.1f} tok/s",
-            (f" · {done.prefix_reason}", MUTED),
+            (f" · {cause}", MUTED),
         ))
 
     def show_busy(self, what: str, resident: int, n_ctx: int) -> None:

@@ -58,9 +58,12 @@ class Transcript(VerticalScroll):
         self._reply.update(text)
         self._reply = None
 
-    def add_note(self, message: str) -> None:
-        """A line about the conversation that is not a turn (a loaded prefix)."""
-        self.mount(Static(Content.styled(message, f"{MUTED} italic"), classes="note-line"))
+    def add_note(self, message: str, details: str | None = None) -> None:
+        """A line about the conversation that is not a turn (a loaded prefix, a swap), with
+        `details` for who asks: the line's tooltip."""
+        note = Static(Content.styled(message, f"{MUTED} italic"), classes="note-line")
+        note.tooltip = details or None
+        self.mount(note)
         self.scroll_end(animate=False)
 
     def add_error(self, message: str) -> None:

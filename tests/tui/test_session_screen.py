@@ -30,7 +30,7 @@ async def test_a_prompt_streams_a_reply_and_fills_the_status_line(default_model)
         await pilot.press(*"What is the capital of France?", "enter")
         await wait_for(pilot, lambda: screen.turns_done == 1)
         transcript = screen.query_one(Transcript)
-        turns = [str(w.render()) for w in transcript.children]
+        turns = [str(w.render()) for w in transcript.children if not w.has_class("note-line")]
         assert turns[0] == "What is the capital of France?"
         assert turns[1] == "The capital of France is Paris."
         generated = screen.last_result.generated
@@ -76,7 +76,8 @@ async def test_ctrl_n_starts_a_new_conversation(default_model):
         await wait_for(pilot, lambda: screen.turns_done == 1)
         await pilot.press("ctrl+n")
         assert len(screen.query_one(Transcript).children) == 0
-        assert "new conversation" in status_text(screen)
+        assert status_text(screen).endswith(
+            "new conversation: the next turn keeps the start it shares with what is resident and drops the rest")
         await pilot.press(*"Hi again", "enter")
         await wait_for(pilot, lambda: screen.turns_done == 2)
         # The new conversation keeps the start it shares with the old one (BOS, "User:")
@@ -136,8 +137,9 @@ async def test_a_named_session_is_saved_and_reopened_where_it_was(default_model,
         transcript = screen.query_one(Transcript)
         # The engine's tape is set on the worker thread; the transcript follows once the
         # restore's event has reached the screen.
-        await wait_for(pilot, lambda: screen.ready and reopened.engine.tape == tape and transcript.children)
-        assert str(transcript.children[0].render()) == "Hello"
+        await wait_for(pilot, lambda: screen.ready and reopened.engine.tape == tape and transcript.query(".user-turn"))
+        assert str(transcript.query_one(".user-turn").render()) == "Hello"
+        assert screen.sub_title.startswith("session demo · ")
 
 
 async def test_escape_cancels_a_long_prefill(default_model):
