@@ -55,7 +55,8 @@ def test_a_swap_to_another_kv_type_recomputes_and_says_why(engine):
     tape = engine.tape
     result = engine.swap(load_profile("q8").with_changes(n_ctx=1024))
     assert result.mode == "recompute" and result.recomputed == len(tape)
-    assert "kv_settings.kv_cache_type_k 'f16' -> 'q8_0'" in result.reason
+    assert result.reason == "other KV settings"
+    assert "kv_settings.kv_cache_type_k 'f16' -> 'q8_0'" in result.details
     assert engine.tape == tape and list(engine.session.tokens) == list(tape)
     assert engine.complete(" Then", DecodeConfig(max_tokens=2)).reused == len(tape)
     assert len(engine.tree) == 3  # nothing of the tree is lost
@@ -94,7 +95,8 @@ def test_a_conversation_swaps_llama_to_openvino_and_back_with_its_tape_and_tree(
     tape, nodes = engine.tape, len(engine.tree)
     to_openvino = engine.swap(load_profile("ov-exact").with_changes(n_ctx=1024))
     assert (to_openvino.mode, to_openvino.recomputed, engine.info.backend) == ("recompute", len(tape), "openvino")
-    assert "backend 'llama' -> 'openvino'" in to_openvino.reason
+    assert to_openvino.reason == "another backend"
+    assert "backend 'llama' -> 'openvino'" in to_openvino.details
     assert engine.tape == tape and list(engine.session.tokens) == list(tape)
     turn = engine.complete(" Then", DecodeConfig(max_tokens=3))
     assert turn.reused == len(tape)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from effctx_core.contract import PrefixCause, describe_prefix
 from effctx_core.engine import TurnResult
 from effctx_core.events.explain import (
-    ALL_REUSED,
     CACHE_BEHIND,
     EDIT,
+    EXTENDS,
     FIRST_TURN,
     NEW_CONVERSATION,
     RESTORED,
@@ -120,7 +120,7 @@ def test_the_first_turn_computes_everything():
 
 def test_a_follow_up_turn_reuses_everything_and_computes_only_its_input():
     e = fed(turn(1, prefix=0, new=13, reused=0, cause=PrefixCause.EMPTY), turn(2, prefix=15, new=9, reused=15)).explain(2)
-    assert (e.cause, e.reused, e.computed, e.recomputed) == (ALL_REUSED, 15, 9, 0)
+    assert (e.cause, e.reused, e.computed, e.recomputed) == (EXTENDS, 15, 9, 0)
     assert e.detail == "all 15 resident tokens reused; only the 9 new tokens computed"
 
 
@@ -177,7 +177,7 @@ def test_the_first_turn_after_a_prefix_cache_lookup_names_the_hit():
     assert e.cause == "prefix cache hit"
     assert e.detail == "the stable prefix of 100 tokens was restored from the prefix cache in 3.2 ms; then 100 reused, 7 computed"
     # the lookup explains only the turn that followed it
-    assert fed(lookup, turn(1, prefix=100, new=7, reused=100), turn(2, prefix=109, new=3, reused=109)).explain(2).cause == ALL_REUSED
+    assert fed(lookup, turn(1, prefix=100, new=7, reused=100), turn(2, prefix=109, new=3, reused=109)).explain(2).cause == EXTENDS
 
 
 def test_a_cache_that_holds_less_than_the_tape_re_prefills_the_rest():

@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from effctx_core.engine.prefill import prefill
+from effctx_core.engine.prefill import prefill_runs
 from effctx_core.engine.records import NodeRestore
 from effctx_core.engine.state import EngineState
 from effctx_core.errors import EffctxError
 from effctx_core.events.trace import NodeAdded, NodeRestored
-from effctx_core.residency import Segment
+from effctx_core.residency.tracker import segments_from_json, segments_to_json
 from effctx_core.snapshots import SnapshotError, SnapshotNotFoundError, SnapshotStore, load_snapshot, save_snapshot
 from effctx_core.snapshots.tree_file import load_tree, save_tree
 from effctx_core.units import ms_since
@@ -79,7 +79,7 @@ class Checkpointer:
                 message = f"state not saved ({exc}); restoring this node will recompute it"
         node = tree.add_tape(
             parent.id, tape, kind, session.info.identity.digest(), label=label,
-            residency=tracker.report().to_dict(), metrics={**metrics, "bytes": state_bytes}, blob=blob, text=text,
+            residency={**tracker.report().to_dict(), "segments": segments_to_json(tracker.segments_from())}, metrics={**metrics, "bytes": state_bytes}, blob=blob, text=text,
         )
         state.bus.emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(tape), blob=blob or "",
                        message=message or "")
@@ -139,18 +139,19 @@ class Checkpointer:
             # the state held a stop text the tape had dropped: cut it off
             session.ensure_prefix(tape)
         recomputed = 0
+        runs = segments_from_json((node.residency or {}).get("segments"), len(tape))
         if mode == "recompute" and tracker.evicts:
             # Streamed through the policy again: the map is the one this recompute made.
             session.ensure_prefix([])
             state.tape = []
             tracker.reset()
-            prefill(state, tape, Segment.OTHER, state.turns, 0)
+            prefill_runs(state, tape, runs, 0)
             recomputed = len(tape)
         else:
             if mode == "recompute":
                 recomputed = session.ensure_prefix(tape, state.progress(state.turns, 0)).prefilled
             state.tape = tape
-            tracker.reset(Segment.OTHER, len(tape))
+            tracker.reset(runs)
         tree.set_current(node_id)
         restore = NodeRestore(node_id, mode, len(tape), recomputed, ms_since(t0), reason)
         state.bus.emit(NodeRestored, node=node_id, mode=mode, tokens=len(tape), recomputed=recomputed,

@@ -8,6 +8,7 @@ from effctx_core.contract import ProgressSink, Session, SuffixStatus
 from effctx_core.engine.state import EngineState
 from effctx_core.events.trace import ResidencyAction, ResidencyChanged, plan_runs
 from effctx_core.residency import Segment
+from effctx_core.residency.tracker import SegmentRun
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,6 +40,27 @@ def prefill(state: EngineState, new: list[int], kind: Segment, turn: int, reside
         tracker.append(kind, len(chunk), turn)
     if not new:
         prefilled += _suffix(session, [], None, scores).prefilled
+    return prefilled
+
+
+def prefill_runs(state: EngineState, tokens: list[int], runs: Sequence[SegmentRun], resident: int) -> int:
+    """Prefill `tokens`, which `runs` cover, so the tape keeps the segments they say (a
+    recompute after a swap, a restore or a parked block). Returns the tokens computed.
+    Without eviction in one call, so its progress and a cancel count all of `tokens`;
+    under an evicting policy run by run, each streamed through the policy."""
+    tracker = state.tracker
+    if not tracker.evicts:
+        start = len(state.tape)
+        prefilled = prefill(state, tokens, Segment.OTHER, 0, resident)
+        tracker.truncate(start)
+        for run in runs:
+            tracker.append(run.kind, run.tokens, run.turn)
+        return prefilled
+    done = prefilled = 0
+    for run in runs:
+        prefilled += prefill(state, tokens[done : done + run.tokens], run.kind, run.turn,
+                             resident if not done else state.session.explain().resident_tokens)
+        done += run.tokens
     return prefilled
 
 

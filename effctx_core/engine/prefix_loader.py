@@ -11,6 +11,7 @@ from effctx_core.engine.state import EngineState
 from effctx_core.errors import EffctxError
 from effctx_core.events.trace import PrefixCacheLookup
 from effctx_core.residency import Segment
+from effctx_core.residency.tracker import SegmentRun
 from effctx_core.snapshots import SnapshotError, SnapshotStore, load_snapshot, save_snapshot
 from effctx_core.units import ms_since
 
@@ -60,7 +61,7 @@ class PrefixLoader:
             else:
                 state.left = []  # the restore replaced whatever a reset left in the session
                 state.tape = list(tokens[:n])
-                tracker.reset(kind, n)
+                tracker.reset([SegmentRun(kind, n, 0)])
                 if n == len(tokens):
                     return self._loaded("hit", tokens, n, t0, key, None)
                 restored = n

@@ -39,7 +39,8 @@ class SwapResult:
     tokens: int
     recomputed: int
     ms: float
-    reason: str
+    reason: str  # why it was exact or recomputed, in a few words (events/explain.py)
+    details: str = ""  # the runtime-identity fields that differ, for who asks
 
 
 @dataclass(frozen=True)

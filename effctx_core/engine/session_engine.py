@@ -23,7 +23,7 @@ from effctx_core.engine.cancel_gate import CancelGate
 from effctx_core.engine.cell import RunningCell
 from effctx_core.engine.checkpoints import Checkpointer
 from effctx_core.engine.events import EventBus
-from effctx_core.engine.prefill import make_room, prefill
+from effctx_core.engine.prefill import make_room, prefill, prefill_runs
 from effctx_core.engine.prefix_loader import PrefixLoader
 from effctx_core.engine.records import NodeRestore, PrefillCancelled, PrefixLoad, ScoreResult, SwapResult
 from effctx_core.engine.state import EngineState
@@ -43,7 +43,7 @@ from effctx_core.models import ProgressFn
 from effctx_core.profiles import DEFAULT_PROFILE, Profile
 from effctx_core.residency import BlockClass, ResidencyReport, Segment
 from effctx_core.residency.policies import keeps_budget
-from effctx_core.residency.tracker import ResidencyTracker
+from effctx_core.residency.tracker import ResidencyTracker, SegmentRun
 from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree import SnapshotTree
 from effctx_core.transcript import chat_format_for
@@ -283,10 +283,7 @@ class SessionEngine:
             session.ensure_prefix(cached[:keep], state.progress(turn, 0))
             state.tape = state.tape[:first]
             tracker.truncate(first)
-            done = 0
-            for kind, n, seg_turn in runs:
-                prefill(state, tail[done : done + n], kind, seg_turn, session.explain().resident_tokens)
-                done += n
+            prefill_runs(state, tail, runs, session.explain().resident_tokens)
             ms = ms_since(t0)
             state.bus.emit(ResidencyAction, turn=turn, stage="recompute", action="recompute", start=first,
                            end=first + len(tail), pos_start=keep, pos_end=keep + len(tail), ms=round(ms, 3))
@@ -345,7 +342,7 @@ class SessionEngine:
             with self._reported():
                 self.session.restore(snapshot)
             self._state.tape = list(snapshot.tokens)
-            self.residency.reset(Segment.OTHER, snapshot.n_tokens)
+            self.residency.reset([SegmentRun(Segment.OTHER, snapshot.n_tokens, 0)])  # a bare state has no segment map
             self._state.bus.emit(SnapshotRestored, tokens=snapshot.n_tokens, bytes=len(snapshot.state),
                                  ms=ms_since(t0))
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 
 from effctx_core.engine.cell import RunningCell
-from effctx_core.engine.prefill import prefill
+from effctx_core.engine.prefill import prefill_runs
 from effctx_core.engine.records import PrefillCancelled, SwapCancelled, SwapResult
 from effctx_core.engine.state import EngineState
 from effctx_core.errors import EffctxError
+from effctx_core.events.explain import identity_change
 from effctx_core.events.trace import CellSwapped, SwapAbandoned
 from effctx_core.profiles import Profile
-from effctx_core.residency import Segment
 from effctx_core.units import ms_since
 
 
@@ -35,19 +35,26 @@ def swap(state: EngineState, profile: Profile) -> SwapResult:
             new.session.restore(old.session.snapshot())
             if list(new.session.tokens) != old_tape:
                 new.session.ensure_prefix(old_tape)  # a stop text the tape had dropped
-            mode, recomputed = "exact", 0
-            reason = "same runtime identity: the state was carried over"
+            mode, recomputed, reason, details = "exact", 0, "the same runtime identity", ""
         else:
-            diff = ", ".join(f"{n} {a!r} -> {b!r}" for n, a, b in old_identity.differences(new_identity))
-            mode, reason = "recompute", f"another runtime identity ({diff or 'residency policy'})"
-            recomputed = len(old_tape)
+            differences = old_identity.differences(new_identity)
+            details = ", ".join(f"{n} {a!r} -> {b!r}" for n, a, b in differences)
+            if differences:
+                reason = identity_change([name for name, _, _ in differences])
+            elif old.tracker.evicts:
+                reason = "the cache held only part of the tape (an evicting policy)"
+            else:
+                reason = "the new cell cannot load a state"
+            mode, recomputed = "recompute", len(old_tape)
         state.cell = new
+        # The tape keeps its segments (user, assistant, document) on the new cell.
+        runs = old.tracker.segments_from()
         if mode == "recompute":
             state.tape = []
             with state.gate.cancellable():
-                prefill(state, old_tape, Segment.OTHER, state.turns, 0)
+                prefill_runs(state, old_tape, runs, 0)
         else:
-            new.tracker.reset(Segment.OTHER, len(old_tape))
+            new.tracker.reset(runs)
     except EffctxError as exc:
         state.cell, state.tape = old, old_tape
         new.close()
@@ -62,9 +69,10 @@ def swap(state: EngineState, profile: Profile) -> SwapResult:
         ) from None
     old.close()
     result = SwapResult(old.profile.name, profile.name, mode, len(old_tape), recomputed,
-                        ms_since(t0), reason)
+                        ms_since(t0), reason, details)
     info = new.session.info
     state.bus.emit(CellSwapped, old_profile=result.old_profile, new_profile=result.new_profile, mode=mode,
                    tokens=result.tokens, recomputed=recomputed, ms=round(result.ms, 3), reason=reason,
-                   backend=info.backend, n_ctx=info.n_ctx, identity=info.identity.digest())
+                   backend=info.backend, n_ctx=info.n_ctx, identity=info.identity.digest(), details=details,
+                   model=info.facts.name)
     return result

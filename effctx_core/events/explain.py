@@ -8,6 +8,7 @@ from typing import Protocol
 
 from effctx_core.contract import PrefixCause
 from effctx_core.events.trace import NodeRestored, PrefixCacheLookup, PrefixChecked
+from effctx_core.units import format_ms
 
 # Why a turn computed what it computed; the first that applies wins (see `turn_cause`).
 ROLLBACK_LIMIT = "rollback limit"
@@ -18,7 +19,7 @@ RESTORED = "restored another node"
 PREFIX_CACHE = "prefix cache"  # shown as "prefix cache hit", "… miss" or "… off"
 CACHE_BEHIND = "cache behind the tape"
 FIRST_TURN = "empty cache"
-ALL_REUSED = "everything reused"
+EXTENDS = "extends the resident tape"
 
 
 class TurnFacts(Protocol):
@@ -98,4 +99,61 @@ def turn_cause(r: TurnFacts) -> tuple[str, str]:
         )
     if r.prefix_tokens == 0:
         return FIRST_TURN, f"nothing was resident: all {r.computed:,} tokens computed"
-    return ALL_REUSED, f"all {r.reused:,} resident tokens reused; only the {new:,} new tokens computed"
+    return EXTENDS, f"all {r.reused:,} resident tokens reused; only the {new:,} new tokens computed"
+
+
+# Why a swap recomputed: the first of these runtime-identity fields that differs (a name,
+# or a prefix ending in a dot).
+_IDENTITY_CHANGES = (
+    ("backend", "another backend"),
+    ("backend_version", "another backend version"),
+    ("model_sha256", "another model"),
+    ("kv_settings.", "other KV settings"),
+    ("residency", "another residency policy"),
+    ("prompt_template", "another prompt template"),
+    ("add_bos", "another tokenizer policy"),
+)
+
+
+def identity_change(fields: list[str]) -> str:
+    """What a swap between two runtime identities changed, in a few words, from the names
+    of the fields that differ (RuntimeIdentity.differences)."""
+    for prefix, words in _IDENTITY_CHANGES:
+        if any(name == prefix or (prefix.endswith(".") and name.startswith(prefix)) for name in fields):
+            return words
+    return "another runtime identity"
+
+
+class SwapFacts(Protocol):
+    """What a swap reports of itself (CellSwapped, the engine's SwapResult)."""
+
+    @property
+    def new_profile(self) -> str: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def recomputed(self) -> int: ...
+
+    @property
+    def ms(self) -> float: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+def swap_sentence(swap: SwapFacts) -> str:
+    """A swap in one line: why, and what it cost; the identity fields behind it are its
+    details, for who asks."""
+    how = "state carried over" if swap.mode == "exact" else f"recomputed {swap.recomputed:,} tokens"
+    return f"now on {swap.new_profile}: {how} in {format_ms(swap.ms)} ({swap.reason})"
+
+
+def reset_sentence(evicts: bool) -> str:
+    """What a new conversation (SessionEngine.reset) leaves for the next turn: the cache
+    keeps the start the two conversations share (EngineState.take_left), except under an
+    evicting policy, whose cache holds the old tape shifted."""
+    if evicts:
+        return "new conversation: the next turn drops what is resident"
+    return "new conversation: the next turn keeps the start it shares with what is resident and drops the rest"

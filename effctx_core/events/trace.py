@@ -228,6 +228,8 @@ class CellSwapped(Event):
     backend: str
     n_ctx: int
     identity: str
+    details: str = ""  # the runtime-identity fields that differ ("" in traces written before)
+    model: str = ""  # the model's name ("" in traces written before)
 
 
 @dataclass(frozen=True)

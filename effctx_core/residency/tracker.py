@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -25,6 +26,28 @@ class SegmentRun:
     kind: Segment
     tokens: int
     turn: int
+
+
+def segments_to_json(runs: Sequence[SegmentRun]) -> list[list]:
+    """A segment map as a snapshot-tree node keeps it: [kind label, tokens, turn] runs."""
+    return [[run.kind.label, run.tokens, run.turn] for run in runs]
+
+
+def segments_from_json(raw: object, n_tokens: int) -> list[SegmentRun]:
+    """The segment map a node kept for its `n_tokens` tape; one `other` run where it kept
+    none (a node made before segments were kept) or one that does not cover the tape."""
+    fallback = [SegmentRun(Segment.OTHER, n_tokens, 0)]
+    if not isinstance(raw, list):
+        return fallback
+    names = {s.label: s for s in Segment}
+    runs = []
+    for item in raw:
+        ok = (isinstance(item, list) and len(item) == 3 and item[0] in names
+              and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in item[1:]))
+        if not ok:
+            return fallback
+        runs.append(SegmentRun(names[item[0]], item[1], item[2]))
+    return runs if sum(run.tokens for run in runs) == n_tokens else fallback
 
 
 class ResidencyTracker:
@@ -77,21 +100,22 @@ class ResidencyTracker:
         self._segments = kept
         self._rebuild()
 
-    def segments_from(self, position: int) -> list[tuple[Segment, int, int]]:
-        """(kind, tokens, turn) of the tape from `position` to its end."""
+    def segments_from(self, position: int = 0) -> list[SegmentRun]:
+        """The segment runs of the tape from `position` to its end."""
         runs, done = [], 0
         for seg in self._segments:
             end = done + seg.tokens
             if end > position:
-                runs.append((seg.kind, end - max(done, position), seg.turn))
+                runs.append(SegmentRun(seg.kind, end - max(done, position), seg.turn))
             done = end
         return runs
 
-    def reset(self, kind: Segment = Segment.OTHER, tokens: int = 0) -> None:
-        """Forget the tape (a new conversation, a restored state) and start from `tokens`."""
+    def reset(self, runs: Sequence[SegmentRun] = ()) -> None:
+        """Forget the tape (a new conversation, a restored state) and start from `runs`."""
         self._segments = []
         self._table = BlockTable.empty()
-        self.append(kind, tokens, 0)
+        for run in runs:
+            self.append(run.kind, run.tokens, run.turn)
 
     def _rebuild(self) -> None:
         """Re-cut the blocks; blocks already planned keep their class, flags and reason."""
