@@ -16,12 +16,15 @@ from textual.content import Content
 from textual.screen import Screen
 
 from effctx_core.errors import EffctxError
-from effctx_tui.screens.help import HelpScreen, key_display
+from effctx_tui.screens.help import HelpScreen, declared_bindings, palette_help
 from effctx_tui.settings import read_settings, write_setting
 from effctx_tui.themes import MUTED, load_themes
 from effctx_tui.widgets.residency_palette import theme_variables
 
 DEFAULT_THEME = "effctx-dark"
+# Named, for the palette's entries to say what the keys say
+HELP_KEY = Binding("f1", "help", "Help", priority=True, tooltip="What each term means, and every key of every screen")
+THEME_KEY = Binding("f2", "next_theme", "Theme", tooltip="Switch to the next effctx theme")
 
 
 class ConsoleApp(App):
@@ -33,11 +36,11 @@ class ConsoleApp(App):
         # A priority binding: f1 opens the help from every screen, dialogs included, and
         # with any widget focused. `?` too, but not as a priority: it is typed into an
         # Input when one has the focus (the session prompt).
-        Binding("f1", "help", "Help", priority=True),
+        HELP_KEY,
         Binding("question_mark", "help", show=False),
-        Binding("f2", "next_theme", "Theme"),
+        THEME_KEY,
         # Textual's own ctrl+q, shown: a priority binding hides the screens' visible ones
-        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True, tooltip="Quit effctx"),
     ]
 
     def __init__(self, theme: str | None = None) -> None:
@@ -109,9 +112,8 @@ class ConsoleApp(App):
         # Textual's "Keys" (its key panel) would be a second help: the help page lists them all
         commands = [command for command in super().get_system_commands(screen)
                     if command.callback != self.action_show_help_panel]
-        commands.append(SystemCommand("Help", "What each term means, and every key of every screen (f1)",
-                                      self.action_help))
-        commands.append(SystemCommand("Next theme", "Switch to the next effctx theme (f2)", self.action_next_theme))
+        commands.append(SystemCommand("Help", palette_help(self, HELP_KEY), self.action_help))
+        commands.append(SystemCommand("Next theme", palette_help(self, THEME_KEY), self.action_next_theme))
         commands += [
             SystemCommand(f"Theme: {name}", f"Switch to the {name} theme", lambda name=name: self.set_theme(name))
             for name in self.effctx_themes
@@ -120,23 +122,25 @@ class ConsoleApp(App):
         return commands
 
     def _binding_commands(self, screen: Screen, taken: set[str]) -> list[SystemCommand]:
-        """One command per key of the screen and its focused widgets, so nothing needs
-        the key to be remembered. Textual's own widgets' keys (Input editing) are left out."""
+        """One command per key of the screen and its focused widgets, described by its
+        tooltip, so nothing needs the key to be remembered. The keys Textual's own classes
+        declare (Input editing, focus moves) are left out."""
         commands = []
         # A screen with its own providers (snapshots) already lists its keys, in its words
         own_commands = bool(type(screen).COMMANDS)
         for active in screen.active_bindings.values():
             node, binding = active.node, active.binding
-            if not binding.description or binding.system or not active.enabled:
+            if not binding.description or binding.system or not active.enabled or binding.description in taken:
                 continue
-            if type(node).__module__.split(".")[0] != "effctx_tui" or binding.description in taken:
+            # Textual splits "left,h" into a binding per key: the action and description tell
+            if (binding.action, binding.description) not in {(b.action, b.description) for b in declared_bindings(type(node))}:
                 continue
             if own_commands and node is not self:
                 continue
             taken.add(binding.description)
             commands.append(SystemCommand(
                 binding.description,
-                f"Key {key_display(self, binding)}",
+                palette_help(self, binding),
                 lambda node=node, action=binding.action: self.run_action(action, node),
             ))
         return commands

@@ -42,9 +42,9 @@ def _workload_title(workload: str) -> str:
 
 class BenchmarkScreen(Screen):
     BINDINGS = [
-        Binding("r", "run", "Run"),
-        Binding("w", "workload", "Workload"),
-        Binding("escape", "back", "Back / cancel"),
+        Binding("r", "run", "Run", tooltip="Run the benchmark on the running cell"),
+        Binding("w", "workload", "Workload", tooltip="Choose the next workload"),
+        Binding("escape", "back", "Back / cancel", tooltip="Cancel the run under way, or back to the session"),
     ]
     DEFAULT_CSS = """
     BenchmarkScreen {

@@ -85,8 +85,8 @@ class CellsScreen(Screen):
     during a swap's recompute calls `cancel`; `events` show the recompute's progress."""
 
     BINDINGS = [
-        Binding("enter", "swap", "Swap to cell"),
-        Binding("escape", "back", "Back / cancel swap"),
+        Binding("enter", "swap", "Swap to cell", tooltip="Swap the conversation to the selected cell (asks first)"),
+        Binding("escape", "back", "Back / cancel swap", tooltip="Cancel the swap under way, or back to the session"),
     ]
     # The table takes the rows it has (up to half the screen) and the detail the rest,
     # scrolling; the standing and the verdict open the detail, so a short terminal shows

@@ -62,7 +62,7 @@ class Section:
     rows: tuple[tuple[str, str], ...]  # (keys as the footer shows them, description)
 
 
-def _bindings(cls: type) -> list[Binding]:
+def declared_bindings(cls: type) -> list[Binding]:
     """The bindings that effctx classes in cls's MRO declare, most derived first."""
     found: list[Binding] = []
     for klass in cls.__mro__:
@@ -80,11 +80,16 @@ def key_display(app: App, binding: Binding) -> str:
     return " ".join(app.get_key_display(Binding(key, binding.action)) for key in keys)
 
 
+def palette_help(app: App, binding: Binding) -> str:
+    """A key's line in the command palette: what it does (its tooltip) and the key."""
+    return f"{binding.tooltip} ({key_display(app, binding)})"
+
+
 def rows(app: App, classes: list[type]) -> tuple[tuple[str, str], ...]:
     return tuple(
         (key_display(app, binding), binding.description)
         for cls in classes
-        for binding in _bindings(cls)
+        for binding in declared_bindings(cls)
         if binding.description  # an action without a description is not the user's
     )
 
@@ -154,7 +159,7 @@ def terms_table() -> Table:
 
 class HelpScreen(Screen):
     # f1 closes it too: the app's f1 (a priority binding) toggles the help
-    BINDINGS = [Binding("escape,q", "app.pop_screen", "Close", key_display="esc")]
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "Close", key_display="esc", tooltip="Back to the screen the help was opened from")]
 
     DEFAULT_CSS = """
     HelpScreen {

@@ -90,10 +90,10 @@ class BudgetSteering:
 
 class ResidencyScreen(Screen):
     BINDINGS = [
-        Binding("escape", "back", "Back"),
-        Binding("left_square_bracket", "budget(-1)", "Budget −", key_display="["),
-        Binding("right_square_bracket", "budget(1)", "Budget +", key_display="]"),
-        Binding("c", "recompute_cold", "Recompute cold"),
+        Binding("escape", "back", "Back", tooltip="Back to the session"),
+        Binding("left_square_bracket", "budget(-1)", "Budget −", key_display="[", tooltip="Shrink the residency budget; blocks over it are parked at once"),
+        Binding("right_square_bracket", "budget(1)", "Budget +", key_display="]", tooltip="Grow the residency budget"),
+        Binding("c", "recompute_cold", "Recompute cold", tooltip="Bring the cold blocks back into the cache by recomputing them"),
     ]
 
     DEFAULT_CSS = """

@@ -122,15 +122,15 @@ class SessionScreen(Screen):
     BINDINGS = [
         # Replay only (see check_action): the prompt is disabled then, so these reach us.
         *ReplayControls.BINDINGS,
-        Binding("escape", "stop", "Stop"),
-        Binding("ctrl+l", "load_model", "Load model"),
-        Binding("ctrl+n", "new_conversation", "New conversation"),
-        Binding("ctrl+r", "residency", "Residency"),
-        Binding("ctrl+t", "snapshots", "Snapshots"),
-        Binding("ctrl+g", "timings", "Timings"),
-        Binding("ctrl+o", "cells", "Cells"),
-        Binding("ctrl+b", "bench", "Benchmark"),
-        Binding("ctrl+q", "app.quit", "Quit"),
+        Binding("escape", "stop", "Stop", tooltip="Stop the reply, the prefill or the model preparation under way"),
+        Binding("ctrl+l", "load_model", "Load model", tooltip="Load the model again after a cancelled or failed preparation"),
+        Binding("ctrl+n", "new_conversation", "New conversation", tooltip="Start a new conversation; the tokens it shares with this one are reused"),
+        Binding("ctrl+r", "residency", "Residency", tooltip="Which blocks the runtime holds, by class, and why"),
+        Binding("ctrl+t", "snapshots", "Snapshots", tooltip="The snapshot tree of this session: restore, branch, compare"),
+        Binding("ctrl+g", "timings", "Timings", tooltip="Prefill, decode and time to first token of every turn"),
+        Binding("ctrl+o", "cells", "Cells", tooltip="What this machine can run, certified or not; swap the conversation to another cell"),
+        Binding("ctrl+b", "bench", "Benchmark", tooltip="Measure this cell's throughput and passkey recall"),
+        Binding("ctrl+q", "app.quit", "Quit", tooltip="Quit effctx"),
     ]
 
     def __init__(self, max_tokens: int, player: ReplayPlayer | None = None) -> None:

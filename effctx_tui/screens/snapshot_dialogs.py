@@ -29,7 +29,7 @@ DIALOG_CSS = """
 class RenameDialog(ModalScreen[str | None]):
     """Enter gives the new label (stripped); Escape gives None."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel", tooltip="Keep the label as it is")]
     DEFAULT_CSS = DIALOG_CSS.replace("{name}", "RenameDialog")
 
     def __init__(self, node_id: str, label: str) -> None:
@@ -54,8 +54,8 @@ class ConfirmDialog(ModalScreen[bool]):
     """y or Enter on the button confirms; n or Escape cancels."""
 
     BINDINGS = [
-        Binding("y", "answer(True)", "Yes"),
-        Binding("n,escape", "answer(False)", "No"),
+        Binding("y", "answer(True)", "Yes", tooltip="Go ahead"),
+        Binding("n,escape", "answer(False)", "No", tooltip="Leave everything as it is"),
     ]
     DEFAULT_CSS = DIALOG_CSS.replace("{name}", "ConfirmDialog")
 

@@ -58,8 +58,8 @@ def token_ids(tokens: Sequence[int]) -> str:
 
 class DiffScreen(ModalScreen[None]):
     BINDINGS = [
-        Binding("t", "toggle_ids", "Text / token ids"),
-        Binding("escape,q", "close", "Close"),
+        Binding("t", "toggle_ids", "Text / token ids", tooltip="Show both tails as text or as token ids"),
+        Binding("escape,q", "close", "Close", tooltip="Back to the snapshot tree"),
     ]
 
     DEFAULT_CSS = """

@@ -61,12 +61,12 @@ class SnapshotsScreen(Screen[str | None]):
 
     COMMANDS = {SnapshotCommands}
     BINDINGS = [
-        Binding("b", "branch", "Branch"),
-        Binding("r", "rename", "Rename"),
-        Binding("d", "delete", "Delete"),
-        Binding("m", "mark", "Mark"),
-        Binding("D,x", "diff", "Diff with mark", key_display="D"),
-        Binding("escape", "back", "Back"),
+        Binding("b", "branch", "Branch", tooltip="Restore the selected node; the next turn starts a new branch from it"),
+        Binding("r", "rename", "Rename", tooltip="Give the selected node a label"),
+        Binding("d", "delete", "Delete", tooltip="Delete the selected node and everything below it"),
+        Binding("m", "mark", "Mark", tooltip="Mark the selected node, to compare another one with it"),
+        Binding("D,x", "diff", "Diff with mark", key_display="D", tooltip="Compare the selected node with the marked one"),
+        Binding("escape", "back", "Back", tooltip="Back to the session"),
     ]
 
     DEFAULT_CSS = """

@@ -101,7 +101,7 @@ def summary(timeline: Timeline) -> Text:
 
 
 class TimingsScreen(Screen):
-    BINDINGS = [Binding("escape", "back", "Back")]
+    BINDINGS = [Binding("escape", "back", "Back", tooltip="Back to the session")]
 
     DEFAULT_CSS = """
     TimingsScreen {

@@ -16,8 +16,8 @@ class ListTable(DataTable):
     scroll to the top and the bottom); Ctrl+Home and Ctrl+End do the same."""
 
     BINDINGS = [
-        Binding("home", "scroll_top", "First row", show=False),
-        Binding("end", "scroll_bottom", "Last row", show=False),
+        Binding("home", "scroll_top", "First row", show=False, tooltip="Go to the first row"),
+        Binding("end", "scroll_bottom", "Last row", show=False, tooltip="Go to the last row"),
     ]
 
 
@@ -25,8 +25,8 @@ class ListTree(Tree[str]):
     """A Tree whose Home and End put the cursor on its first and last line."""
 
     BINDINGS = [
-        Binding("home", "first", "First", show=False),
-        Binding("end", "last", "Last", show=False),
+        Binding("home", "first", "First", show=False, tooltip="Go to the first node"),
+        Binding("end", "last", "Last", show=False, tooltip="Go to the last node"),
     ]
 
     def action_first(self) -> None:

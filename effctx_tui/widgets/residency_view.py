@@ -47,16 +47,16 @@ class ResidencyView(ScrollView, can_focus=True, inherit_bindings=False):
     """The tape, `cells_per_row` cells a row, with a cursor that selects one block."""
 
     BINDINGS = [
-        Binding("left,h", "move(-1)", "Block", key_display="←→", show=True),
-        Binding("right,l", "move(1)", "Next block", show=False),
-        Binding("up,k", "move_rows(-1)", "Row", key_display="↑↓", show=True),
-        Binding("down,j", "move_rows(1)", "Next row", show=False),
-        Binding("pageup", "move_pages(-1)", "Page up", show=False),
-        Binding("pagedown", "move_pages(1)", "Page down", show=False),
-        Binding("home", "first", "First block", show=False),
-        Binding("end", "last", "Last block", show=False),
-        Binding("z,plus", "zoom(1)", "Zoom", show=True),
-        Binding("Z,minus", "zoom(-1)", "Zoom out", show=False),
+        Binding("left,h", "move(-1)", "Block", key_display="←→", show=True, tooltip="The block before the cursor"),
+        Binding("right,l", "move(1)", "Next block", show=False, tooltip="The block after the cursor"),
+        Binding("up,k", "move_rows(-1)", "Row", key_display="↑↓", show=True, tooltip="One row up"),
+        Binding("down,j", "move_rows(1)", "Next row", show=False, tooltip="One row down"),
+        Binding("pageup", "move_pages(-1)", "Page up", show=False, tooltip="One page up"),
+        Binding("pagedown", "move_pages(1)", "Page down", show=False, tooltip="One page down"),
+        Binding("home", "first", "First block", show=False, tooltip="The first block of the tape"),
+        Binding("end", "last", "Last block", show=False, tooltip="The last block of the tape"),
+        Binding("z,plus", "zoom(1)", "Zoom", show=True, tooltip="Zoom in: fewer tokens per cell, down to one"),
+        Binding("Z,minus", "zoom(-1)", "Zoom out", show=False, tooltip="Zoom out: more tokens per cell"),
     ]
 
     COMPONENT_CLASSES = {*_CLASS_COMPONENTS.values(), _CURSOR_COMPONENT}

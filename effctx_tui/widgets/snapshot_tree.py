@@ -98,7 +98,7 @@ class SnapshotTreeView(ListTree):
 
     # Enter restores instead of toggling (space still toggles); a click only moves the
     # cursor, because a restore changes the session and should take a deliberate key.
-    BINDINGS = [Binding("enter", "screen.restore", "Restore")]
+    BINDINGS = [Binding("enter", "screen.restore", "Restore", tooltip="Back to the selected node: from its stored state, or recomputed")]
 
     COMPONENT_CLASSES = {
         "snapshot-tree--current", "snapshot-tree--restoring", "snapshot-tree--exact",

@@ -4,13 +4,16 @@ palette and shown in the footer."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 import pytest
 from textual.app import App
 from textual.widgets import Footer, Input, Static
 from textual.widgets._footer import FooterKey
 
 from effctx_tui.console import ConsoleApp
-from effctx_tui.screens.help import HelpScreen
+from effctx_tui.screens.help import HelpScreen, declared_bindings, screen_classes
 from effctx_tui.screens.session import SessionScreen
 from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
 from tests.helpers.theme_fixtures import SIZE, StripApp, ThemedResidencyApp, config_home  # noqa: F401 - fixture
@@ -122,6 +125,37 @@ async def test_every_screen_has_a_section_with_the_keys_of_the_widgets_it_hosts(
         ]
         # the tree's own keys
         assert help_rows(app, "snapshots")[-3:] == [("⏎", "Restore"), ("home", "First"), ("end", "Last")]
+
+
+def effctx_classes() -> list[type]:
+    """The app, every screen and every widget of effctx: all that declares keys."""
+    from effctx_tui import widgets
+
+    found = [ConsoleApp, *screen_classes()]
+    for info in pkgutil.iter_modules(widgets.__path__):
+        module = importlib.import_module(f"{widgets.__name__}.{info.name}")
+        found += [value for value in vars(module).values()
+                  if isinstance(value, type) and value.__module__ == module.__name__ and "BINDINGS" in vars(value)]
+    return found
+
+
+def test_every_key_says_what_it_does():
+    # the tooltip is the key's line in the palette (and the footer's hover)
+    classes = effctx_classes()
+    assert {"SessionScreen", "ResidencyView", "SnapshotTreeView", "ListTable", "ConfirmDialog"} <= {c.__name__ for c in classes}
+    assert [f"{cls.__name__}: {binding.description}" for cls in classes for binding in declared_bindings(cls)
+            if binding.description and not binding.tooltip] == []
+
+
+async def test_the_palette_describes_each_key_of_the_screen_and_leaves_textual_s_own_out(config_home):
+    app = ThemedResidencyApp()
+    async with app.run_test(size=SIZE):
+        helps = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert helps["Back"] == "Back to the session (esc)"
+        # the focused residency view's keys
+        assert helps["Zoom"] == "Zoom in: fewer tokens per cell, down to one (z)"
+        assert helps["First block"] == "The first block of the tape (home)"
+        assert "Focus Next" not in helps
 
 
 async def test_the_palette_has_one_help_entry_and_it_opens_the_help(config_home):
