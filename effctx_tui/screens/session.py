@@ -444,7 +444,8 @@ class SessionScreen(Screen):
         self.query_one(Transcript).finish_reply(result.text, note)
         explained = self.timeline.explain(event.turn)
         # A turn cancelled in its prefill has no prefix cause; its reason says where it stopped.
-        cause = explained.cause if explained is not None and result.prefix_cause else result.prefix_reason
+        in_prefill = result.stop_reason == "cancelled" and not result.prefix_cause
+        cause = explained.cause if explained is not None and not in_prefill else result.prefix_reason
         self.query_one(StatusLine).show_turn(result, cause)
         if self._replay is not None:
             self.turns_done += 1  # live, the turn worker counts it

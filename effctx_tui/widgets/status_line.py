@@ -23,10 +23,10 @@ class StatusLine(Static):
         self.update(Content.assemble(
             self._residency(done.resident, done.n_ctx),
             "  │  last turn: ",
-            (f"reused {done.reused}", "bold green"),
+            (f"reused {done.reused}", "bold $text-success"),
             " · ",
-            (f"prefilled {done.prefilled}", "bold yellow"),
-            (f" · dropped {done.dropped}", "bold red") if done.dropped else "",
+            (f"prefilled {done.prefilled}", "bold $text-warning"),
+            (f" · dropped {done.dropped}", "bold $text-error") if done.dropped else "",
             f" · generated {done.generated}\n",
             (f"TTFT {done.ttft_ms:.0f} ms", "bold"),
             f" · prefill {done.prefill_tps:.0f} tok/s · decode {done.decode_tps:.1f} tok/s",

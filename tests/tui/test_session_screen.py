@@ -151,6 +151,8 @@ async def test_escape_cancels_a_long_prefill(default_model):
         await wait_for(pilot, lambda: screen.turns_done == 1)
         assert screen.last_result.stop_reason == "cancelled"
         assert screen.last_result.prefilled < 2506
+        # Where it stopped, not a cause of the reuse it did not finish.
+        assert re.search(r" · cancelled during prefill after \d+ of \d+ tokens$", status_text(screen))
 
 
 async def test_escape_cancels_the_model_preparation_and_ctrl_l_loads_it_again(default_model, tmp_path, monkeypatch):
