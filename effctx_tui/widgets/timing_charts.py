@@ -69,8 +69,9 @@ def ticks(lo: float, hi: float, whole: bool, most: int = 5) -> tuple[list[float]
 
 
 def tick_labels(values: list[float], step: float) -> list[str]:
-    """As many decimals as the step needs: 0.5 steps print 0.5, 1.0; 500 steps 1,000."""
-    decimals = max(0, -math.floor(math.log10(step)))
+    """As many decimals as the step needs: 0.5 steps print 0.5, 1.0; 2.5 steps 2.5, 5.0;
+    500 steps 1,000."""
+    decimals = next(d for d in range(10) if abs(round(step, d) - step) < step * 1e-6)
     return [format_count(v) if decimals == 0 else f"{v:,.{decimals}f}" for v in values]
 
 
@@ -87,7 +88,10 @@ class TimingChart(PlotextPlot):
     # Rows of the widget that are not the plot's canvas: title, frame top and bottom,
     # x ticks, x label.
     FRAME_ROWS = 5
-    _y: tuple[Axis, float] | None = None  # the y axis and its top, once there is data
+    # Columns that are not the canvas: the y tick labels and the frame's sides.
+    FRAME_COLUMNS = 8
+    # the axes and their ranges, once there is data
+    _axes: tuple[Axis, float, float, Axis, float] | None = None
 
     def draw(self, timeline: Timeline) -> None:
         raise NotImplementedError
@@ -106,17 +110,21 @@ class TimingChart(PlotextPlot):
         for s in shown:
             method, options = KINDS[s.kind]
             getattr(plt, method)(s.x, s.y, color=s.colour, label=s.label, **options)
-        self._y = (y, top) if shown else None
+        self._axes = (x, min(xs), max(xs), y, top) if shown else None
         if shown:
             plt.ylim(0, top)
-            _set_ticks(plt, x, min(xs), max(xs), "x", most=12 if x.unit == "turn" else 5)
         self.refresh()
 
     def render(self) -> RenderResult:
-        # The y ticks are set where the height is known: no more than its rows can tell apart.
-        if self._y is not None:
-            axis, top = self._y
-            _set_ticks(self.plt, axis, 0, top, "y", most=max(2, (self.size.height - self.FRAME_ROWS) // 2))
+        # The ticks are set where the size is known: no more than its rows and columns
+        # can hold apart.
+        if self._axes is not None:
+            x, lo, hi, y, top = self._axes
+            _set_ticks(self.plt, y, 0, top, "y", most=max(2, (self.size.height - self.FRAME_ROWS) // 2))
+            # labels that overlap are drawn over one another in an order that changes from
+            # run to run: as many as fit side by side, with a gap (and room for decimals)
+            label = len(format_count(hi / x.scale(hi)[1])) + (2 if x.unit in ("tokens", "turn") else 4)
+            _set_ticks(self.plt, x, lo, hi, "x", most=max(2, (self.size.width - self.FRAME_COLUMNS) // label))
         return super().render()
 
 

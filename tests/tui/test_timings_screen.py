@@ -137,6 +137,7 @@ def test_durations_are_in_ms_or_s_and_the_ttft_column_says_its_unit():
     (1, 23, True, [5, 10, 15, 20], ["5", "10", "15", "20"]),
     (0, 1.8, False, [0, 0.5, 1.0, 1.5], ["0.0", "0.5", "1.0", "1.5"]),
     (0, 2, True, [0, 1, 2], ["0", "1", "2"]),  # a whole axis never has a tick between two integers
+    (0, 12, False, [0, 2.5, 5.0, 7.5, 10.0], ["0.0", "2.5", "5.0", "7.5", "10.0"]),  # a 2.5 step keeps its decimal
 ])
 def test_chart_ticks_are_round_values_labelled_as_a_person_reads_them(lo, hi, whole, values, labels):
     ticks_, step = ticks(lo, hi, whole)
