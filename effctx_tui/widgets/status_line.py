@@ -6,6 +6,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from effctx_core.engine import TurnResult
+from effctx_core.units import format_ms, format_rate
 from effctx_tui.themes import MUTED
 
 
@@ -28,10 +29,19 @@ class StatusLine(Static):
             (f"prefilled {done.prefilled}", "bold $text-warning"),
             (f" · dropped {done.dropped}", "bold $text-error") if done.dropped else "",
             f" · generated {done.generated}\n",
-            (f"TTFT {done.ttft_ms:.0f} ms", "bold"),
-            f" · prefill {done.prefill_tps:.0f} tok/s · decode {done.decode_tps:.1f} tok/s",
-            (f" · {cause}", MUTED),
+            *self._speeds(done),
+            (cause, MUTED),
         ))
+
+    @staticmethod
+    def _speeds(done: TurnResult) -> list[str | tuple[str, str]]:
+        """Only what was measured: no TTFT and no decode rate for a turn that generated
+        nothing (one cancelled in its prefill), no rate where no time was taken."""
+        parts: list[str | tuple[str, str]] = [(f"TTFT {format_ms(done.ttft_ms)}", "bold")] if done.generated else []
+        rates = (("prefill", format_rate(done.prefill_tps)),
+                 ("decode", format_rate(done.decode_tps) if done.generated else None))
+        parts += [f"{name} {rate}" for name, rate in rates if rate is not None]
+        return [piece for part in parts for piece in (part, " · ")]
 
     def show_busy(self, what: str, resident: int, n_ctx: int) -> None:
         self.update(self._residency(resident, n_ctx) + Content.styled(f"  │  {what}", "italic"))

@@ -15,6 +15,7 @@ from effctx_core.events.explain import EXTENDS, FIRST_TURN
 from effctx_core.profiles import DEFAULT_PROFILE
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.session import STRIP_NOTE, base_model_note
+from effctx_tui.widgets.prompt_input import PromptInput
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
 from tests.helpers.pilot_wait import wait_for
@@ -107,6 +108,8 @@ async def _opened(pilot) -> None:
         if app.session_screen.ready:
             break
         await pilot.pause(0.02)
+    # The prompt's cursor blinks every half second: a steady one draws the same each time.
+    app.session_screen.query_one(PromptInput).cursor_blink = False
     await pilot.pause(0.2)
 
 
