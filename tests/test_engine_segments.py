@@ -12,6 +12,7 @@ from effctx_core.engine import SessionEngine
 from effctx_core.residency import Segment
 from effctx_core.residency.tracker import SegmentRun, segments_from_json, segments_to_json
 from effctx_core.snapshots import SnapshotStore
+from tests.helpers.engines import opened_engine
 
 PROFILE = load_profile("exact").with_changes(n_ctx=1024)
 FEW = DecodeConfig(max_tokens=6)
@@ -19,10 +20,8 @@ FEW = DecodeConfig(max_tokens=6)
 
 @pytest.fixture
 def engine(default_model, tmp_path):
-    eng = SessionEngine(default_model, PROFILE, checkpoints=SnapshotStore(tmp_path / "store"))
-    eng.open()
-    yield eng
-    eng.close()
+    with opened_engine(default_model, PROFILE, checkpoints=SnapshotStore(tmp_path / "store")) as eng:
+        yield eng
 
 
 def _two_turns(engine: SessionEngine) -> list[SegmentRun]:
@@ -47,27 +46,22 @@ def test_a_swap_that_recomputes_keeps_the_segments(engine):
     assert engine.residency.segments_from() == runs
 
 
-def test_an_exact_restore_brings_back_the_nodes_segments(engine):
+def _restore_keeps_the_first_nodes_segments(engine: SessionEngine, mode: str) -> None:
     engine.chat("The capital of France is", FEW)
     first = engine.tree.current
     at_first = engine.residency.segments_from()
     engine.chat("And of Italy?", FEW)
-    assert engine.restore_node(first).mode == "exact"
+    assert engine.restore_node(first).mode == mode
     assert engine.residency.segments_from() == at_first
 
 
+def test_an_exact_restore_brings_back_the_nodes_segments(engine):
+    _restore_keeps_the_first_nodes_segments(engine, "exact")
+
+
 def test_a_recomputed_restore_brings_back_the_nodes_segments(default_model):
-    eng = SessionEngine(default_model, PROFILE)  # no store: every restore recomputes
-    eng.open()
-    try:
-        eng.chat("The capital of France is", FEW)
-        first = eng.tree.current
-        at_first = eng.residency.segments_from()
-        eng.chat("And of Italy?", FEW)
-        assert eng.restore_node(first).mode == "recompute"
-        assert eng.residency.segments_from() == at_first
-    finally:
-        eng.close()
+    with opened_engine(default_model, PROFILE) as eng:  # no store: every restore recomputes
+        _restore_keeps_the_first_nodes_segments(eng, "recompute")
 
 
 def test_a_reopened_session_has_its_segments(engine, default_model, tmp_path):

@@ -7,8 +7,8 @@ import pytest
 
 from effctx_core.backends.profile_loader import load_profile
 from effctx_core.contract import DecodeConfig
-from effctx_core.engine import SessionEngine
 from effctx_core.snapshots import SnapshotStore
+from tests.helpers.engines import opened_engine
 
 PROFILE = load_profile("exact").with_changes(n_ctx=1024)
 ONE = DecodeConfig(max_tokens=6)
@@ -16,10 +16,8 @@ ONE = DecodeConfig(max_tokens=6)
 
 @pytest.fixture
 def engine(default_model, tmp_path):
-    eng = SessionEngine(default_model, PROFILE, checkpoints=SnapshotStore(tmp_path / "store"))
-    eng.open()
-    yield eng
-    eng.close()
+    with opened_engine(default_model, PROFILE, checkpoints=SnapshotStore(tmp_path / "store")) as eng:
+        yield eng
 
 
 def test_every_turn_adds_a_node_whose_tape_is_the_session_tape(engine):
@@ -51,9 +49,7 @@ def test_restoring_a_node_is_exact_and_the_next_turn_branches_from_it(engine):
 
 
 def test_a_node_without_state_is_recomputed_and_says_so(default_model):
-    eng = SessionEngine(default_model, PROFILE)  # no store: nodes carry no state
-    eng.open()
-    try:
+    with opened_engine(default_model, PROFILE) as eng:  # no store: nodes carry no state
         eng.complete("The capital of France is", ONE)
         first = eng.tree.current
         eng.complete(" The capital of Italy is", ONE)
@@ -61,8 +57,6 @@ def test_a_node_without_state_is_recomputed_and_says_so(default_model):
         assert (restore.mode, restore.reason) == ("recompute", "the node has no saved state")
         assert restore.recomputed == 0  # its tokens were still resident: the cache was cut back
         assert eng.tape == eng.tree.tape(first)
-    finally:
-        eng.close()
 
 
 def test_a_damaged_state_falls_back_to_recompute(engine, tmp_path):

@@ -7,6 +7,8 @@ import asyncio
 from textual import events
 from textual.widgets import Input, ProgressBar
 
+from effctx_tui.widgets.status_line import StatusLine
+
 
 async def wait_for(pilot, condition, seconds: float = 60.0) -> None:
     for _ in range(int(seconds / 0.02)):
@@ -14,6 +16,19 @@ async def wait_for(pilot, condition, seconds: float = 60.0) -> None:
             return
         await pilot.pause(0.02)
     raise AssertionError("condition not reached in time")
+
+
+async def take_a_turn(pilot, screen, text: str) -> None:
+    """Type `text` into the session screen's prompt, press Enter, and wait for its turn
+    to finish."""
+    done = screen.turns_done
+    await pilot.press(*text, "enter")
+    await wait_for(pilot, lambda: screen.turns_done == done + 1)
+
+
+def status_text(screen) -> str:
+    """The session screen's status line, as text."""
+    return str(screen.query_one(StatusLine).render())
 
 
 async def until(condition, seconds: float = 60.0) -> None:

@@ -12,13 +12,8 @@ from effctx_core.residency.config import ResidencyConfig
 from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree_file import list_sessions
 from effctx_tui.app import EffctxApp
-from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
-from tests.helpers.pilot_wait import start_a_long_prefill, until, wait_for
-
-
-def status_text(screen) -> str:
-    return str(screen.query_one(StatusLine).render())
+from tests.helpers.pilot_wait import start_a_long_prefill, status_text, take_a_turn, until, wait_for
 
 
 async def test_a_prompt_streams_a_reply_and_fills_the_status_line(default_model):
@@ -27,8 +22,7 @@ async def test_a_prompt_streams_a_reply_and_fills_the_status_line(default_model)
         screen = app.session_screen
         await wait_for(pilot, lambda: screen.ready)
         assert "no turn yet" in status_text(screen)
-        await pilot.press(*"What is the capital of France?", "enter")
-        await wait_for(pilot, lambda: screen.turns_done == 1)
+        await take_a_turn(pilot, screen, "What is the capital of France?")
         transcript = screen.query_one(Transcript)
         turns = [str(w.render()) for w in transcript.children if not w.has_class("note-line")]
         assert turns[0] == "What is the capital of France?"
@@ -72,14 +66,12 @@ async def test_ctrl_n_starts_a_new_conversation(default_model):
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.session_screen
         await wait_for(pilot, lambda: screen.ready)
-        await pilot.press(*"Hello", "enter")
-        await wait_for(pilot, lambda: screen.turns_done == 1)
+        await take_a_turn(pilot, screen, "Hello")
         await pilot.press("ctrl+n")
         assert len(screen.query_one(Transcript).children) == 0
         assert status_text(screen).endswith(
             "new conversation: the next turn keeps the start it shares with what is resident and drops the rest")
-        await pilot.press(*"Hi again", "enter")
-        await wait_for(pilot, lambda: screen.turns_done == 2)
+        await take_a_turn(pilot, screen, "Hi again")
         # The new conversation keeps the start it shares with the old one (BOS, "User:")
         # and drops the rest: the old message and its reply.
         assert "last turn: reused 3 · prefilled 5 · dropped 6" in status_text(screen)

@@ -16,15 +16,10 @@ from effctx_core.profiles import DEFAULT_PROFILE
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.session import STRIP_NOTE, base_model_note
 from effctx_tui.widgets.prompt_input import PromptInput
-from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
-from tests.helpers.pilot_wait import wait_for
+from tests.helpers.pilot_wait import status_text, take_a_turn, wait_for
 
 Q8 = load_profile("q8").with_changes(n_ctx=1024)
-
-
-def status_text(screen) -> str:
-    return str(screen.query_one(StatusLine).render())
 
 
 def notes(screen) -> list[str]:
@@ -46,11 +41,9 @@ async def test_the_status_line_names_the_turns_cause_as_the_timings_screen_does(
     async with app.run_test(size=(100, 30)) as pilot:
         screen = app.session_screen
         await wait_for(pilot, lambda: screen.ready)
-        await pilot.press(*"Hello", "enter")
-        await wait_for(pilot, lambda: screen.turns_done == 1)
+        await take_a_turn(pilot, screen, "Hello")
         assert status_text(screen).endswith(f" · {FIRST_TURN}")
-        await pilot.press(*"And then?", "enter")
-        await wait_for(pilot, lambda: screen.turns_done == 2)
+        await take_a_turn(pilot, screen, "And then?")
         assert screen.timeline.explain(2).cause == EXTENDS
         assert status_text(screen).endswith(f" · {EXTENDS}")
 
@@ -60,8 +53,7 @@ async def test_after_a_swap_the_status_line_title_and_transcript_show_the_new_ce
     async with app.run_test(size=(100, 30)) as pilot:
         screen = app.session_screen
         await wait_for(pilot, lambda: screen.ready)
-        await pilot.press(*"Hello", "enter")
-        await wait_for(pilot, lambda: screen.turns_done == 1)
+        await take_a_turn(pilot, screen, "Hello")
         tape = len(app.engine.tape)
         await asyncio.to_thread(app.engine.swap, Q8)  # what the cells screen does, off the UI thread
         sentence = rf"now on q8: recomputed {tape} tokens in [\d.,]+ m?s \(other KV settings\)"
