@@ -1,11 +1,11 @@
 """The footer of every effctx screen: Textual's, compact, with the keys that work on every
-screen (help, theme, quit, the palette) pinned at its right end.
+screen (quit, help, theme, the palette) pinned at its right end.
 
 Textual's footer lays the keys out in one row, the app's last, and a narrow terminal cuts
 the row wherever it ends: at 100 columns the session screen lost Quit, Help and Theme.
-Here the app's keys always show; the screen's own keys fill the room left, in their
-order, each whole or not at all. A key left out is still in the help page (f1) and the
-palette.
+Here the room goes, in this order, to Quit and Help (always shown: help lists everything
+else), to the screen's own keys in their order, then to Theme and the palette. Each key is
+shown whole or not at all. A key left out is still in the help page (f1) and the palette.
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ from textual.containers import HorizontalGroup
 from textual.widget import Widget
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
+
+# The app's keys that always keep their place; Theme and the palette yield theirs to the
+# screen's keys, which are the way to the screens a newcomer is looking for.
+ALWAYS_SHOWN = frozenset({"quit", "help"})
 
 
 class EffctxFooter(Footer):
@@ -53,12 +57,13 @@ class EffctxFooter(Footer):
         return content + widget.styles.gutter.width + widget.styles.margin.width
 
     def _fit(self) -> None:
-        pinned = self.query("#footer-everywhere > *")
-        room = self.size.width - sum(self._width(child) for child in pinned)
+        pinned = list(self.query("#footer-everywhere > *"))
+        always = [key for key in pinned if isinstance(key, FooterKey) and key.action in ALWAYS_SHOWN]
+        if_room = [key for key in pinned if key not in always]
+        screen_keys = [child for child in self.children if child.id != "footer-everywhere"]
+        room = self.size.width - sum(self._width(key) for key in always)
         fits = True
-        for child in self.children:
-            if child.id == "footer-everywhere":
-                continue
-            room -= self._width(child)
+        for key in screen_keys + if_room:
+            room -= self._width(key)
             fits = fits and room >= 0
-            child.display = fits
+            key.display = fits

@@ -1,6 +1,6 @@
-"""The footer of every screen keeps the keys that work everywhere (quit, help, theme, the
-palette) at its right end whatever the width; the screen's own keys fill the room left,
-each whole or not at all."""
+"""The footer of every screen keeps Quit and Help at its right end whatever the width; the
+screen's own keys have the room left first, then Theme and the palette, each key whole or
+not at all."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from tests.helpers.theme_fixtures import config_home  # noqa: F401 - fixture
 from tests.tui.test_help_screen import SessionApp
 from tests.tui.test_visual_baselines import demo_app, played_to_the_end
 
-EVERYWHERE = [("^q", "Quit"), ("f1", "Help"), ("f2", "Theme"), ("^p", "palette")]
+ALWAYS = [("^q", "Quit"), ("f1", "Help")]
+EVERYWHERE = ALWAYS + [("f2", "Theme"), ("^p", "palette")]
 SESSION_KEYS = [("^n", "New conversation"), ("^r", "Residency"), ("^t", "Snapshots"), ("^g", "Timings"),
                 ("^o", "Cells"), ("^b", "Benchmark")]
 
@@ -39,15 +40,22 @@ async def test_at_160_columns_the_footer_shows_every_key(config_home):
         assert shown(app) == SESSION_KEYS + EVERYWHERE
 
 
-async def test_at_100_columns_quit_help_and_theme_stay_and_the_screen_keys_that_do_not_fit_go_whole(config_home):
+async def test_at_100_columns_every_screen_key_stays_with_quit_and_help_and_theme_and_the_palette_go(config_home):
     app = SessionApp()
     async with app.run_test(size=(100, 30)) as pilot:
         await ready_session(pilot)
-        assert shown(app) == SESSION_KEYS[:4] + EVERYWHERE
+        assert shown(app) == SESSION_KEYS + ALWAYS
         keys = [key for key in app.screen.query_one(Footer).query(FooterKey) if key.display]
         assert all(key.region.right <= 100 for key in keys)
         for left, right in zip(keys, keys[1:]):
             assert left.region.right <= right.region.x, f"{left.description} runs into {right.description}"
+
+
+async def test_at_80_columns_the_screen_keys_that_do_not_fit_go_whole_and_quit_and_help_stay(config_home):
+    app = SessionApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready_session(pilot)
+        assert shown(app) == SESSION_KEYS[:4] + ALWAYS
 
 
 async def test_a_wider_terminal_brings_the_keys_back(config_home):
