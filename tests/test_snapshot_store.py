@@ -316,6 +316,64 @@ def test_default_budget_says_where_it_comes_from(tmp_path, monkeypatch):
     assert source.startswith("10% of ") and source.endswith(" free disk, between 256 MiB and 8 GiB")
 
 
+# --------------------------------------------------------------------------- why a state is missing
+
+
+def test_a_missing_state_says_whether_the_store_evicted_it_or_it_was_removed(tmp_path):
+    store = make_store(tmp_path)
+    keys = {name: store.put(ID, tokens, b"s" * 100).key
+            for name, tokens in (("evicted", [1]), ("removed", [2]), ("kept", [3]))}
+    store.rm(keys["removed"])
+    # room for two states: the next put evicts the least recently used, "evicted"
+    SnapshotStore(tmp_path / "store", budget_bytes=2 * blob_size(1, 100) + 50).put(ID, [4], b"s" * 100)
+    never = key_for(ID, [5])
+    assert make_store(tmp_path).missing_states([*keys.values(), never]) == {
+        keys["evicted"]: "evicted (store limit)",
+        keys["removed"]: "removed",
+        never: "not in the store",
+    }
+
+
+def test_gc_that_evicts_to_the_limit_says_evicted(tmp_path):
+    store = make_store(tmp_path)
+    old, new = store.put(ID, [1], b"s" * 100).key, store.put(ID, [2], b"s" * 100).key
+    assert SnapshotStore(tmp_path / "store", budget_bytes=blob_size(1, 100)).gc().evicted == (old,)
+    assert store.missing_states([old, new]) == {old: "evicted (store limit)"}
+
+
+def test_a_state_saved_again_after_it_was_removed_is_held_and_forgotten_as_removed(tmp_path):
+    store = make_store(tmp_path)
+    key = store.put(ID, [1], b"s").key
+    store.rm(key)
+    store.put(ID, [1], b"s")
+    assert store.missing_states([key]) == {}
+    assert json.loads((tmp_path / "store" / "index.json").read_text())["gone"] == []
+
+
+def test_the_store_remembers_only_the_newest_gone_keys(tmp_path, monkeypatch):
+    monkeypatch.setattr("effctx_core.snapshots.index.GONE_KEEP", 2)
+    store = make_store(tmp_path)
+    keys = [store.put(ID, [i], b"s").key for i in range(3)]
+    for key in keys:
+        store.rm(key)
+    assert json.loads((tmp_path / "store" / "index.json").read_text())["gone"] == [
+        [keys[1], "removed"], [keys[2], "removed"]]
+    assert store.missing_states(keys) == {keys[0]: "not in the store", keys[1]: "removed", keys[2]: "removed"}
+
+
+def test_an_index_written_before_it_remembered_gone_keys_still_reads(tmp_path):
+    store = make_store(tmp_path)
+    key = store.put(ID, [1], b"s").key
+    path = tmp_path / "store" / "index.json"
+    older = json.loads(path.read_text())
+    del older["gone"]
+    path.write_text(json.dumps(older))
+    fresh = make_store(tmp_path)
+    assert [e.key for e in fresh.ls()] == [key]
+    assert fresh.missing_states([key, key_for(ID, [2])]) == {key_for(ID, [2]): "not in the store"}
+    assert not (tmp_path / "store" / "quarantine").exists()
+
+
 # --------------------------------------------------------------------------- index self-repair
 
 

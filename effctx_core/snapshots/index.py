@@ -6,8 +6,11 @@ of saved trees cannot be rebuilt and live in their own file (refs.py), so that d
 one never takes the other with it.
 
 File format (unchanged since format 1): {"format": 1, "clock": N, "entries": {key: {
-"identity", "n_tokens", "token_hash", "bytes", "created", "last_used", "use", "meta"}}},
-compact JSON with sorted keys.
+"identity", "n_tokens", "token_hash", "bytes", "created", "last_used", "use", "meta"}},
+"gone": [[key, "evicted" | "removed"], ...]}, compact JSON with sorted keys. "gone" (added
+later: absent in older files, which still read; older effctx ignores it) remembers why the
+last GONE_KEEP entries the store let go of are gone, oldest first, so a tree can tell a
+state evicted to stay under the store's limit from one a person removed.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ from effctx_core.snapshots.errors import SnapshotStoreError
 from effctx_core.snapshots.locking import StoreLock
 
 INDEX_FORMAT = 1
+
+EVICTED = "evicted"  # to stay under the store's byte limit
+REMOVED = "removed"  # by `effctx snapshots rm`, or by a session giving back a state it made
+# Enough for the trees a person keeps (a state is one turn), at about 80 bytes a key in an
+# index that is rewritten on every use.
+GONE_KEEP = 1024
 
 _RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
     "identity": str, "n_tokens": int, "token_hash": str, "bytes": int,
@@ -79,6 +88,8 @@ class IndexRecord:
 class IndexData:
     clock: int = 0  # logical LRU clock: wall clocks jump and tie, this does not
     entries: dict[str, IndexRecord] = field(default_factory=dict)
+    # key -> EVICTED or REMOVED, oldest first, at most GONE_KEEP of them.
+    gone: dict[str, str] = field(default_factory=dict)
     changed: bool = field(default=False, compare=False)  # to be written back
 
     def total_bytes(self, skip: str | None = None) -> int:
@@ -91,11 +102,20 @@ class IndexData:
 
     def add(self, key: str, record: IndexRecord) -> None:
         self.entries[key] = record
+        self.gone.pop(key, None)
         self.changed = True
 
-    def drop(self, key: str) -> IndexRecord | None:
+    def drop(self, key: str, why: str | None = None) -> IndexRecord | None:
+        """Take the entry out; `why` (EVICTED, REMOVED) is remembered, where the store let
+        go of it on purpose (not for a blob found missing or set aside)."""
         record = self.entries.pop(key, None)
         if record is not None:
+            self.changed = True
+        if why is not None:
+            self.gone.pop(key, None)  # the newest reason, at the young end
+            self.gone[key] = why
+            while len(self.gone) > GONE_KEEP:
+                del self.gone[next(iter(self.gone))]
             self.changed = True
         return record
 
@@ -106,7 +126,9 @@ class IndexData:
 
     def to_bytes(self) -> bytes:
         data = {"format": INDEX_FORMAT, "clock": self.clock,
-                "entries": {k: r.to_json() for k, r in self.entries.items()}}
+                "entries": {k: r.to_json() for k, r in self.entries.items()},
+                # a list, not an object: sort_keys would lose which is oldest
+                "gone": [[k, why] for k, why in self.gone.items()]}
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -115,10 +137,14 @@ class IndexData:
         data = json.loads(raw)
         if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT:
             raise ValueError("unknown index format")
-        clock, entries = data.get("clock"), data.get("entries")
-        if not isinstance(clock, int) or not isinstance(entries, dict):
+        clock, entries, gone = data.get("clock"), data.get("entries"), data.get("gone", [])
+        if not isinstance(clock, int) or not isinstance(entries, dict) or not isinstance(gone, list):
             raise ValueError("index fields missing")
-        return cls(clock, {key: IndexRecord.from_json(key, record) for key, record in entries.items()})
+        if not all(isinstance(item, list) and len(item) == 2 and is_digest(item[0]) and item[1] in (EVICTED, REMOVED)
+                   for item in gone):
+            raise ValueError("bad gone keys")
+        return cls(clock, {key: IndexRecord.from_json(key, record) for key, record in entries.items()},
+                   {key: why for key, why in gone[-GONE_KEEP:]})
 
 
 Signature = tuple[int, int, int, int]

@@ -4,7 +4,8 @@ Layout under the root (default: <user cache dir>/snapshots):
 
     blobs/<key>.snap      one blob per entry (format: blobfile.py); immutable once renamed
     blobs/.<key16>.*.tmp  a blob being written; flock'ed by its writer while alive
-    index.json            entries: identity, tokens, size, created, last use, meta (index.py)
+    index.json            entries: identity, tokens, size, created, last use, meta; why the
+                          last entries let go of are gone: evicted or removed (index.py)
     refs.json             owner (a saved snapshot tree) -> keys it keeps alive (refs.py)
     quarantine/           blobs and files that failed a check, kept for a look (quarantine.py)
     lock                  flock'ed around every index/refs change, eviction, quarantine
@@ -60,7 +61,7 @@ from effctx_core.snapshots.errors import (
 )
 from effctx_core.snapshots.eviction import EvictionPlan, plan_eviction
 from effctx_core.snapshots.fsck import check_blobs, check_key, reconcile, reindex
-from effctx_core.snapshots.index import IndexCache, IndexData, IndexFile, IndexRecord
+from effctx_core.snapshots.index import EVICTED, REMOVED, IndexCache, IndexData, IndexFile, IndexRecord
 from effctx_core.snapshots.quarantine import Quarantine
 from effctx_core.snapshots.records import (
     EntryInfo,
@@ -80,6 +81,7 @@ __all__ = ["EntryInfo", "GcReport", "Peek", "Quarantined", "SnapshotStore", "Sto
 TEMP_GRACE_SECONDS = 60.0
 QUARANTINE_KEEP_DAYS = 7.0
 _ID = re.compile(r"[0-9a-f]{1,64}")
+_GONE_TEXT = {EVICTED: "evicted (store limit)", REMOVED: "removed"}
 
 
 class SnapshotStore:
@@ -182,15 +184,17 @@ class SnapshotStore:
 
     def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
         """Of these keys, the ones the store does not hold, each with why: "quarantined"
-        (a check set its blob aside) or "not in the store" (removed, or never saved here).
-        A key is held when the index lists it and its blob file is there."""
-        entries = self._index.current().entries
-        missing = {k: "" for k in keys if k not in entries or self._blobs.size(k) is None}
+        (a check set its blob aside), "evicted (store limit)" (to make room), "removed"
+        (by `effctx snapshots rm`, or by the session that made it) or "not in the store"
+        (never saved here, or gone too long ago to be remembered). A key is held when the
+        index lists it and its blob file is there."""
+        index = self._index.current()
+        missing = {k: "" for k in keys if k not in index.entries or self._blobs.size(k) is None}
         if missing:
             set_aside = self._quarantine.names()
             for key in missing:
                 seen = any(name.startswith(f"{key}{BLOB_SUFFIX}.") for name in set_aside)
-                missing[key] = "quarantined" if seen else "not in the store"
+                missing[key] = "quarantined" if seen else _GONE_TEXT.get(index.gone.get(key, ""), "not in the store")
         return missing
 
     def refs_of(self, owner: str) -> tuple[str, ...]:
@@ -293,7 +297,7 @@ class SnapshotStore:
                 )
             self._blobs.delete([key])
             refs.drop_key(key)
-            index.drop(key)
+            index.drop(key, REMOVED)
         return _entry(key, record, owners) if record else None
 
     def add_ref(self, key: str, owner: str) -> None:
@@ -384,7 +388,7 @@ class SnapshotStore:
     def _evict(self, index: IndexData, plan: EvictionPlan) -> None:
         self._blobs.delete(plan.victims)
         for key in plan.victims:
-            index.drop(key)
+            index.drop(key, EVICTED)
 
     # ----------------------------------------------------------------- internals: index, refs
 

@@ -402,7 +402,7 @@ async def test_the_tree_shows_a_state_present_evicted_or_quarantined_as_the_stor
         screen = app.screen_under_test
         await wait_for(pilot, lambda: bool(screen.missing))
         assert tree_lines(screen)[1:] == [
-            "  evicted  turn · 8 tokens · state not in the store · 0 shared",
+            "  evicted  turn · 8 tokens · state evicted (store limit) · 0 shared",
             "  kept  turn · 12 tokens · 2.0 KiB · 0 shared",
             "  ● damaged  turn · 16 tokens · state quarantined · 0 shared",  # the last added is current
         ]
