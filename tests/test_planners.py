@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.residency import BlockClass, BlockFlag, BlockTable, Reason, ResidencyReport, Segment
 from effctx_core.residency.config import ResidencyConfig, check_residency
+from effctx_core.residency.tracker import ResidencyTracker
 from effctx_core.residency.policies import (
     POLICIES,
     BudgetPlanner,
@@ -49,6 +50,17 @@ def test_none_keeps_everything_and_reports_over_budget():
     report = ResidencyReport.from_table(plan, "none", "observed", 400)
     assert classes(plan) == "H" * 32
     assert (report.hot_tokens, report.evicted_tokens, report.over_budget) == (512, 0, True)
+
+
+@pytest.mark.parametrize("policy", ["none", "streaming"])
+def test_below_the_budget_every_block_says_nothing_has_had_to_go(policy):
+    tracker = ResidencyTracker(ResidencyConfig(policy=policy, sink_tokens=4, recent_tokens=60, block_size=16), 64,
+                               NO_SCORES)
+    tracker.append(Segment.USER, 20, turn=1)
+    tracker.append(Segment.ASSISTANT, 30, turn=1)
+    assert tracker.plan() is None
+    assert {tracker.table().block(i).reason.text for i in range(len(tracker.table()))} == {
+        "resident: the tape is within the budget, so no block has had to go"}
 
 
 def test_streaming_keeps_sink_and_recent_and_evicts_the_middle():

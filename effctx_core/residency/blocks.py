@@ -73,7 +73,9 @@ class Reason(IntEnum):
 
 
 _REASON_TEXT = {
-    Reason.UNPLANNED: "no policy has planned it yet",
+    # Plans are made only when the tape would exceed the budget (ResidencyTracker.plan),
+    # with a policy or without one.
+    Reason.UNPLANNED: "resident: the tape is within the budget, so no block has had to go",
     Reason.SINK_WINDOW: "inside the attention-sink tokens at the start of the tape",
     Reason.RECENT_WINDOW: "inside the recent window at the end of the tape",
     Reason.PINNED: "pinned by the user",
