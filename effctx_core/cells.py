@@ -11,12 +11,11 @@ from pathlib import Path
 
 from effctx_core.backends.profile_loader import available_profiles, legacy_settings, load_profile
 from effctx_core.backends.registry import BACKENDS, CellBackend, get_backend
-from effctx_core.contract import ModelInfo, RuntimeEviction
+from effctx_core.contract import ModelInfo
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.profiles import Profile
 from effctx_core.residency.config import ResidencyConfig, policy_evicts
 from effctx_core.residency.policies import check_planner, planner_caps
-from effctx_core.residency.report import MODELED, OBSERVED
 
 
 def check_cell(backend: CellBackend, info: ModelInfo, config: ResidencyConfig) -> None:
@@ -27,13 +26,10 @@ def check_cell(backend: CellBackend, info: ModelInfo, config: ResidencyConfig) -
     backend.check_policy(info, config.policy)
 
 
-def residency_source(info: ModelInfo, eviction: RuntimeEviction | None) -> str:
-    """What every view of this cell's residency map says it is: `modeled` when the runtime
-    manages its cache itself (it evicts by itself, or its backend's capability notes call
-    the map modeled, as openvino-genai's paged cache and llama-server's slot do);
-    `observed` when effctx's executor edits the cache and knows each block it holds."""
-    runtime_managed = eviction is not None or info.capabilities.notes.get("residency", "").startswith(MODELED)
-    return MODELED if runtime_managed else OBSERVED
+def residency_source(info: ModelInfo) -> str:
+    """What every view of this cell's residency map says it is: observed or modeled, as
+    the backend's capability report sets it (with its reason)."""
+    return info.capabilities.residency_map.source
 
 
 @dataclass(frozen=True)
@@ -99,7 +95,7 @@ def _cell(backend: CellBackend, name: str, profile: Profile, model_path: Path, m
         info = backend.describe(model_path, profile)
     except EffctxError as exc:
         return Cell(backend.name, name, UNKNOWN_DEVICE, model_name, False, str(exc), profile_record=profile)
-    residency = residency_source(info, backend.runtime_eviction(profile))
+    residency = residency_source(info)
     try:
         check_cell(backend, info, profile.residency)
     except UnsupportedFeatureError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from effctx_core.backends.profile_loader import load_profile
@@ -10,6 +12,7 @@ from effctx_core.engine import SessionEngine
 from effctx_core.events.reader import read_trace
 from effctx_core.events.replay import ReplayEngine, ReplayError
 from effctx_core.residency.config import ResidencyConfig
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 STREAMING = load_profile("streaming").with_changes(
     n_ctx=512, residency=ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=380, budget=384, block_size=4)
@@ -102,3 +105,71 @@ def test_a_swap_and_a_restore_replay_to_the_live_tape_lengths(default_model, tmp
             seen[event.kind] = (len(replay.tape), replay.residency_report().n_tokens)
     assert seen == {"swap": (after_swap, after_swap), "node_restore": (after_restore, after_restore)}
     assert replay.tree.node(replay.tree.current).label == "What is the capital of France?"
+
+
+def strip_fields(trace_path, kind, names):
+    """The trace as an older effctx wrote it: `kind` events without the fields `names`."""
+    lines = []
+    for line in trace_path.read_text().splitlines():
+        event = json.loads(line)
+        if event["kind"] == kind:
+            event = {k: v for k, v in event.items() if k not in names}
+        lines.append(json.dumps(event))
+    trace_path.write_text("\n".join(lines) + "\n")
+    return read_trace(trace_path)
+
+
+RECORDED_RESIDENCY = ("policy", "block_size", "budget", "sink_tokens", "recent_tokens", "slide_tokens",
+                      "residency_source", "residency_reason")
+
+
+def test_a_replay_of_a_modeled_cell_shows_the_map_modeled_with_the_backends_reason(tmp_path):
+    tiny = write_tiny_llama_gguf(tmp_path / "tiny.gguf", n_ctx_train=8192)
+    profile = load_profile("ov-prefix-cache")
+    path = tmp_path / "rec.jsonl"
+    engine = SessionEngine(tiny, profile, trace_path=path)
+    engine.open()
+    engine.complete("Hello there", DecodeConfig(max_tokens=2))
+    live = engine.residency_report()
+    engine.close()
+    trace = read_trace(path)
+    opened = trace.events[0]
+    assert (opened.residency_source, opened.residency_reason) == (
+        "modeled", "openvino-genai's scheduler owns the paged cache and reports its usage, not which blocks it kept")
+    assert live.source == play(trace).residency_report().source == "modeled"
+
+
+def test_a_trace_that_did_not_record_the_map_source_replays_it_as_unknown(default_model, tmp_path):
+    record(default_model, tmp_path, STREAMING, [("Hello", 2)])
+    old = strip_fields(tmp_path / "rec.jsonl", "session_opened", ("residency_source", "residency_reason"))
+    replay = play(old)
+    assert replay.residency_report().source == "unknown"
+    assert replay.profile.residency == STREAMING.residency  # the policy was recorded: it is still shown
+
+
+def record_swap(default_model, tmp_path):
+    """A chat on `exact`, swapped to the streaming cell: the live report after the swap."""
+    path = tmp_path / "rec.jsonl"
+    engine = SessionEngine(default_model, load_profile("exact").with_changes(n_ctx=512), trace_path=path)
+    engine.open()
+    engine.chat("What is the capital of France?", DecodeConfig(max_tokens=6))
+    engine.swap(STREAMING)
+    live = engine.residency_report()
+    engine.close()
+    return path, live
+
+
+def test_a_swap_replays_onto_the_new_cells_residency_policy_and_windows(default_model, tmp_path):
+    path, live = record_swap(default_model, tmp_path)
+    replay = play(read_trace(path))
+    assert replay.profile.residency == STREAMING.residency
+    assert replay.residency.config.block_size == 4
+    assert replay.residency_report() == live
+    assert (live.policy, live.source) == ("streaming", "observed")
+
+
+def test_a_swap_that_did_not_record_the_new_cells_residency_replays_it_as_unknown(default_model, tmp_path):
+    path, live = record_swap(default_model, tmp_path)
+    old = strip_fields(path, "swap", RECORDED_RESIDENCY)
+    report = play(old).residency_report()
+    assert (report.policy, report.source, report.n_tokens) == ("unknown", "unknown", live.n_tokens)

@@ -29,7 +29,7 @@ def tiny(tmp_path_factory) -> Path:
 def test_the_running_engine_reports_the_map_as_the_cell_describes_it(tiny, profile, source):
     record = load_profile(profile)
     backend = get_backend(record.backend)
-    assert residency_source(backend.describe(tiny, record), backend.runtime_eviction(record)) == source
+    assert residency_source(backend.describe(tiny, record)) == source
     engine = SessionEngine(tiny, record)
     try:
         engine.open()

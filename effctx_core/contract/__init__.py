@@ -10,6 +10,8 @@ import X` reads any of them.
 from effctx_core.contract.backend import Backend
 from effctx_core.contract.baseline import Baseline, BaselineRun
 from effctx_core.contract.records import (
+    MODELED,
+    OBSERVED,
     Capabilities,
     Capability,
     CapacityReport,
@@ -24,6 +26,7 @@ from effctx_core.contract.records import (
     PrefixCause,
     PrefixStatus,
     RangeAction,
+    ResidencyMap,
     RuntimeCounts,
     RuntimeEviction,
     ScoredSuffix,
@@ -36,8 +39,8 @@ from effctx_core.contract.records import (
 from effctx_core.contract.session import ProgressSink, ResidencyExecutor, Session
 
 __all__ = [
-    "Backend", "Baseline", "BaselineRun", "CapacityReport", "CapacityRow", "Capabilities", "Capability", "ContextLimit", "ContextReport",
+    "MODELED", "OBSERVED", "Backend", "Baseline", "BaselineRun", "CapacityReport", "CapacityRow", "Capabilities", "Capability", "ContextLimit", "ContextReport",
     "DecodeConfig", "DeviceShare", "ModelFacts", "ModelInfo", "PrefillProgress", "PrefixCause", "PrefixStatus",
-    "ProgressSink", "RangeAction", "ResidencyExecutor", "RuntimeCounts", "RuntimeEviction", "ScoredSuffix",
+    "ProgressSink", "RangeAction", "ResidencyExecutor", "ResidencyMap", "RuntimeCounts", "RuntimeEviction", "ScoredSuffix",
     "Session", "SessionSnapshot", "StateCosts", "SuffixStatus", "TokenChunk", "describe_prefix",
 ]

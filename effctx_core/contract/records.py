@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, Mapping, Sequence
 
 from effctx_core.identity import RuntimeIdentity
 
@@ -28,6 +28,20 @@ class Capability:
     """One thing a session can or cannot do, and what decides it."""
 
     supported: bool
+    reason: str
+
+
+OBSERVED: Final = "observed"  # effctx's executor edits the cache itself and knows each block it holds
+MODELED: Final = "modeled"  # derived from the runtime's settings: the runtime exposes no per-block facts
+
+
+@dataclass(frozen=True)
+class ResidencyMap:
+    """What a session's residency map is worth, as its backend says: observed or modeled,
+    and what decides it. Every view of the map (the cells list, the residency screen, a
+    replay) takes the word from here."""
+
+    source: Literal["observed", "modeled"]
     reason: str
 
 
@@ -56,6 +70,7 @@ class Capabilities:
     # N past the oldest position the windowed layers still hold.
     rollback_floor: int | None
     rollback_reason: str
+    residency_map: ResidencyMap
     # Facts worth showing beside the flags (for example where two sources disagree).
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -78,7 +93,9 @@ class Capabilities:
         out: dict = {name: cap.supported for name, cap in self.flags().items()}
         out["rollback_floor"] = self.rollback_floor
         out["safe_rollback"] = self.safe_rollback
-        out["reasons"] = {**{name: cap.reason for name, cap in self.flags().items()}, **self.notes}
+        out["residency_map"] = self.residency_map.source
+        out["reasons"] = {**{name: cap.reason for name, cap in self.flags().items()},
+                          "residency_map": self.residency_map.reason, **self.notes}
         return out
 
 

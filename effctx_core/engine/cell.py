@@ -3,13 +3,15 @@ and closed as one. A swap replaces it whole, and a failed swap puts the old one 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from effctx_core.backends.registry import CellBackend, get_backend
 from effctx_core.cells import check_cell, residency_source
 from effctx_core.contract import ResidencyExecutor, Session
 from effctx_core.errors import EffctxError
+from effctx_core.events.trace import CellResidency
 from effctx_core.profiles import Profile
 from effctx_core.residency.blocks import BlockTable
 from effctx_core.residency.policies import planner_caps
@@ -35,12 +37,23 @@ class RunningCell:
             check_cell(backend, info, profile.residency)
             eviction = backend.runtime_eviction(profile)
             tracker = ResidencyTracker(profile.residency, profile.budget_tokens, planner_caps(info.capabilities),
-                                       eviction, residency_source(info, eviction))
+                                       eviction, residency_source(info))
             executor = backend.residency_executor(session)
         except EffctxError:
             session.close()
             raise
         return cls(backend, profile, session, tracker, executor)
+
+    def recorded_residency(self) -> dict[str, Any]:
+        """The fields of CellResidency that SessionOpened (or CellSwapped) records of this
+        cell, so that a replay shows its residency as the live console did (built as the
+        typed record, handed over as the keywords of the event)."""
+        config = self.profile.residency
+        return asdict(CellResidency(
+            policy=config.policy, block_size=config.block_size, budget=self.profile.budget_tokens,
+            sink_tokens=config.sink_tokens, recent_tokens=config.recent_tokens, slide_tokens=config.slide_tokens,
+            residency_source=self.tracker.source, residency_reason=self.session.info.capabilities.residency_map.reason,
+        ))
 
     def close(self) -> None:
         self.session.close()

@@ -99,11 +99,8 @@ class SessionEngine:
                 state.tree.add(None, (), "root", info.identity.digest(), label="start")
                 state.bus.emit(
                     SessionOpened, backend=info.backend, model=info.facts.name, n_ctx=info.n_ctx,
-                    identity=info.identity.digest(), policy=self._profile.residency.policy,
-                    block_size=self._profile.residency.block_size, budget=self._profile.budget_tokens,
-                    sink_tokens=self._profile.residency.sink_tokens, recent_tokens=self._profile.residency.recent_tokens,
-                    slide_tokens=self._profile.residency.slide_tokens,
-                    started=round(state.bus.started_wall, 3),
+                    identity=info.identity.digest(), started=round(state.bus.started_wall, 3),
+                    **state.cell.recorded_residency(),
                 )
             return state.session.info
 

@@ -74,5 +74,5 @@ def swap(state: EngineState, profile: Profile) -> SwapResult:
     state.bus.emit(CellSwapped, old_profile=result.old_profile, new_profile=result.new_profile, mode=mode,
                    tokens=result.tokens, recomputed=recomputed, ms=round(result.ms, 3), reason=reason,
                    backend=info.backend, n_ctx=info.n_ctx, identity=info.identity.digest(), details=details,
-                   model=info.facts.name)
+                   model=info.facts.name, **new.recorded_residency())
     return result

@@ -16,6 +16,7 @@ from effctx_core.errors import EffctxError
 from effctx_core.events.reader import Trace
 from effctx_core.events.subscribers import Subscriber, Subscribers, Unsubscribe
 from effctx_core.events.trace import (
+    CellResidency,
     CellSwapped,
     Event,
     NodeAdded,
@@ -35,6 +36,7 @@ from effctx_core.profiles import Profile
 from effctx_core.residency import BlockClass, Reason, ResidencyReport, Segment
 from effctx_core.residency.config import ResidencyConfig
 from effctx_core.residency.policies import PlannerCaps
+from effctx_core.residency.report import UNKNOWN
 from effctx_core.residency.tracker import ResidencyTracker
 from effctx_core.snapshots.tree import SnapshotTree
 
@@ -64,14 +66,6 @@ class ReplayEngine:
             raise ReplayError(f"{trace.path}: the trace does not start with a session_opened event")
         self.trace = trace
         self.model_path = Path(trace.path)
-        self.model_name = opened.model
-        self.backend = opened.backend
-        self.n_ctx = opened.n_ctx
-        recorded = ResidencyConfig(policy=opened.policy, sink_tokens=opened.sink_tokens,
-                                   recent_tokens=opened.recent_tokens, budget=opened.budget,
-                                   block_size=opened.block_size, slide_tokens=opened.slide_tokens)
-        self.profile = Profile(name="replay", n_ctx=max(16, opened.n_ctx), residency=recorded)
-        self.policy = opened.policy
         self._opened = opened
         self._subscribers = Subscribers()
         self.rewind()
@@ -79,10 +73,7 @@ class ReplayEngine:
     def rewind(self) -> None:
         """Back to before the recording's first event, to play it again; the subscribers stay."""
         opened = self._opened
-        # The recorded policy's blocks, so the recorded plans land on the same block edges;
-        # the policy itself never runs here ("none" plans nothing): its plans are replayed.
-        self.residency = ResidencyTracker(ResidencyConfig(block_size=opened.block_size), opened.budget or opened.n_ctx,
-                                          PlannerCaps())
+        self._run_cell(opened, opened.model, opened.backend, opened.n_ctx)
         self.tree = SnapshotTree()
         root = self.tree.add(None, (), "root", opened.identity, label="start", created=opened.started)
         self._node_ids: dict[str, str] = {"": root.id}  # the recorded engine's node ids -> ours
@@ -91,6 +82,27 @@ class ReplayEngine:
         self._turn = 0
         self._input = ""  # the running turn's input, for its node's label
         self._reply = ""
+
+    def _run_cell(self, cell: CellResidency, model: str, backend: str, n_ctx: int) -> None:
+        """Run on the recorded cell: its residency settings, and the recorded policy's
+        blocks, so the recorded plans land on the same block edges. The policy itself never
+        runs here ("none" plans nothing): its plans are replayed."""
+        self.model_name, self.backend, self.n_ctx = model, backend, n_ctx
+        recorded = ResidencyConfig(policy=cell.policy, sink_tokens=cell.sink_tokens, recent_tokens=cell.recent_tokens,
+                                   budget=cell.budget, block_size=cell.block_size, slide_tokens=cell.slide_tokens)
+        self.profile = Profile(name="replay", n_ctx=max(16, n_ctx), residency=recorded)
+        self.policy = cell.policy
+        self.residency = ResidencyTracker(ResidencyConfig(block_size=cell.block_size), cell.budget or n_ctx,
+                                          PlannerCaps(), source=cell.residency_source)
+
+    def _swap_cell(self, event: CellSwapped) -> None:
+        """The new cell of a swap takes the tape over with its segments, as the live one did."""
+        runs = self.residency.segments_from()
+        # A swap recorded before it said the new cell's residency: its blocks are drawn on
+        # the opening cell's edges, and neither its policy nor its source is claimed.
+        cell = event if event.recorded else replace(self._opened, policy=UNKNOWN, residency_source=UNKNOWN)
+        self._run_cell(cell, event.model or self.model_name, event.backend, event.n_ctx)
+        self.residency.reset(runs)
 
     # ------------------------------------------------------------------ what the UI reads
 
@@ -190,6 +202,8 @@ class ReplayEngine:
             # Afterwards the tape is `tokens` long; the prefill chunks of a recompute
             # (or of a cancelled one) were appended after it above.
             self._resize(event.tokens)
+            if isinstance(event, CellSwapped):
+                self._swap_cell(event)
             if isinstance(event, NodeRestored) and event.node in self._node_ids:
                 self.tree.set_current(self._node_ids[event.node])
 

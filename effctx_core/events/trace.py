@@ -14,6 +14,7 @@ import numpy as np
 from effctx_core.contract import RuntimeCounts
 from effctx_core.errors import EffctxError
 from effctx_core.residency.blocks import BlockClass, BlockTable, Reason
+from effctx_core.residency.report import UNKNOWN
 from effctx_core.temp_files import create_temp_file, sweep_dead_temps
 from effctx_core.user_files import UserFileError, check_output_file, open_input, os_reason
 
@@ -60,14 +61,12 @@ class ModelProgress(Event):
     total: int
 
 
-@dataclass(frozen=True)
-class SessionOpened(Event):
-    kind: ClassVar[str] = "session_opened"
-    backend: str
-    model: str
-    n_ctx: int
-    identity: str
-    # What a replay needs to rebuild the residency view block for block.
+@dataclass(frozen=True, kw_only=True)
+class CellResidency:
+    """What a replay needs to rebuild a cell's residency view block for block: the policy,
+    its windows, and whether the map is observed or modeled. SessionOpened records the
+    opened cell's, CellSwapped the new cell's."""
+
     policy: str = "none"
     block_size: int = 32
     budget: int = 0
@@ -75,6 +74,23 @@ class SessionOpened(Event):
     sink_tokens: int = 0
     recent_tokens: int = 0
     slide_tokens: int = 0
+    # observed or modeled, as the backend said, and its reason; a trace written before
+    # they were recorded does not say (and its swaps recorded none of these fields).
+    residency_source: str = UNKNOWN
+    residency_reason: str = ""
+
+    @property
+    def recorded(self) -> bool:
+        return self.residency_source != UNKNOWN
+
+
+@dataclass(frozen=True)
+class SessionOpened(Event, CellResidency):
+    kind: ClassVar[str] = "session_opened"
+    backend: str
+    model: str
+    n_ctx: int
+    identity: str
     started: float = 0.0  # wall clock (seconds since the epoch) at t_ms 0
 
 
@@ -216,7 +232,7 @@ class NodeRestored(Event):
 
 
 @dataclass(frozen=True)
-class CellSwapped(Event):
+class CellSwapped(Event, CellResidency):
     kind: ClassVar[str] = "swap"
     old_profile: str
     new_profile: str

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from effctx_core.contract import MODELED as MODELED
+from effctx_core.contract import OBSERVED as OBSERVED
 from effctx_core.residency.blocks import BlockClass, BlockTable
 
-OBSERVED = "observed"  # an executor did it with the backend's primitives and knows
-MODELED = "modeled"  # derived from backend settings; the backend exposes no per-block facts
+# A replay of a trace recorded before SessionOpened said which the map was.
+UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.events.explain import swap_sentence
 from effctx_core.events.subscribers import Unsubscribe
 from effctx_core.events.trace import PrefillChunk
-from effctx_core.residency.report import MODELED, OBSERVED
 from effctx_tui.messages import EngineEvent, post_events
 from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.lists import ListTable
@@ -71,12 +70,6 @@ def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None) -> li
         _yes_no(caps.position_shift.supported) if caps else "-",
         _yes_no(caps.exact_snapshot.supported) if caps else "-",
     ]
-
-
-_RESIDENCY_MEANS = {
-    OBSERVED: "effctx's executor edits the cache and knows each block it holds",
-    MODELED: "the runtime manages its cache itself; effctx models which blocks it holds",
-}
 
 
 class CellsScreen(Screen):
@@ -211,8 +204,9 @@ class CellsScreen(Screen):
         text.append(("runs: " if cell.runnable else "unsupported: ") + cell.reason + "\n")
         if cell.preparation:
             text.append(f"first use: {cell.preparation}\n", style="yellow")
-        if cell.residency is not None:
-            text.append(f"residency map: {cell.residency} ({_RESIDENCY_MEANS[cell.residency]})\n")
+        if cell.info is not None:
+            residency = cell.info.capabilities.residency_map
+            text.append(f"residency map: {residency.source} ({residency.reason})\n")
         settings = cell_settings(cell)
         text.append(" · ".join(f"{name} {value}" for name, value in settings.items()) + "\n")
         if cell.info is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from effctx_core.backends.registry import quantized_kv_types
-from effctx_core.contract import DecodeConfig
+from effctx_core.contract import MODELED, OBSERVED, DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.errors import UnsupportedFeatureError
 from effctx_core.residency.config import ResidencyConfig
@@ -23,6 +23,29 @@ def test_every_flag_says_why_it_has_its_value(session):
                                  "token_scores", "quantized_k", "quantized_v"}
     assert all(cap.reason.strip() for cap in caps.flags().values())
     assert caps.rollback_reason.strip()
+
+
+def test_the_residency_map_is_observed_or_modeled_with_the_reason_as_described(cell, session):
+    residency_map = session.info.capabilities.residency_map
+    assert residency_map.source in (OBSERVED, MODELED) and residency_map.reason.strip()
+    # the cells list describes the cell without opening it: it says the same
+    assert cell.backend.describe(cell.model_path, cell.profile()).capabilities.residency_map == residency_map
+    if cell.backend.runtime_eviction(cell.profile()) is not None:
+        assert residency_map.source == MODELED  # which blocks a self-evicting runtime keeps is not observable
+
+
+def test_an_observed_residency_map_holds_what_the_session_holds(cell, session):
+    if session.info.capabilities.residency_map.source != OBSERVED:
+        pytest.skip(f"modeled: {session.info.capabilities.residency_map.reason}")
+    engine = SessionEngine(cell.model_path, cell.profile())
+    try:
+        engine.open()
+        engine.complete("word " * 40, DecodeConfig(max_tokens=4))
+        report = engine.residency_report()
+        assert report.source == OBSERVED
+        assert report.resident_tokens == engine.explain().resident_tokens == len(engine.tape)
+    finally:
+        engine.close()
 
 
 def test_no_rollback_floor_means_any_cut_is_kept(fresh):

@@ -251,8 +251,8 @@ async def test_the_residency_map_of_a_runtime_managed_cache_is_modeled_on_the_ce
         cells.query_one(DataTable).move_cursor(row=[c.profile for c in cells.cells].index("ov-prefix-cache"))
         await pilot.pause()
         detail = str(cells.query_one("#cells-detail", Static).render())
-        assert ("residency map: modeled (the runtime manages its cache itself; effctx models which blocks it "
-                "holds)") in detail
+        assert ("residency map: modeled (openvino-genai's scheduler owns the paged cache and reports its usage, "
+                "not which blocks it kept)") in detail
 
 
 @pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=["100x30", "160x48"])

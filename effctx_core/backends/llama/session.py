@@ -24,6 +24,7 @@ from effctx_core.backends.gguf.runtime import (
 from effctx_core.backends.gguf.sampling import Sampler
 from effctx_core.backends.llama.settings import kv_settings, options_of
 from effctx_core.contract import (
+    OBSERVED,
     Capabilities,
     Capability,
     ContextLimit,
@@ -32,6 +33,7 @@ from effctx_core.contract import (
     ModelInfo,
     PrefillProgress,
     ProgressSink,
+    ResidencyMap,
     SessionSnapshot,
     StateCosts,
 )
@@ -141,6 +143,7 @@ class LlamaSession(InProcessDecode, CacheSession):
             )),
             rollback_floor=floor,
             rollback_reason=floor_reason,
+            residency_map=ResidencyMap(OBSERVED, "effctx's executor edits the cache and knows each block it holds"),
             notes=notes,
         )
         limits = [

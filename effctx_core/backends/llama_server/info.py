@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from effctx_core.backends.cache_session import session_identity
 from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.llama_server.settings import QUANTIZED_TYPES, kv_settings, options_of
-from effctx_core.contract import Capabilities, Capability, ContextLimit, ModelInfo
+from effctx_core.contract import MODELED, Capabilities, Capability, ContextLimit, ModelInfo, ResidencyMap
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
@@ -47,9 +47,9 @@ def capabilities(vocab: LoadedModel, profile: Profile, snapshots: str | None) ->
         rollback_reason="the server decides: it cuts its slot where a prompt diverges, and where its sliding-window "
                         "cache cannot be cut there it re-evaluates more; timings.cache_n, reported as reused, says "
                         "what it kept",
+        residency_map=ResidencyMap(MODELED, "llama-server owns its slot's cache: the slot holds what effctx sent, "
+                                            "and each request's timings.cache_n proves what the server reused"),
         notes={
-            "residency": "modeled: the slot holds what effctx sent; each request's timings.cache_n proves what the "
-                         "server reused",
             "prefill": "a prefill is /completion with n_predict 0: the server evaluates the prompt into the slot, "
                        "samples one token and discards it",
         },

@@ -9,7 +9,7 @@ from effctx_core.backends.cache_session import session_identity
 from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.openvino.runtime import DEVICE
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, QUANTIZED_TYPES, kv_settings, options_of
-from effctx_core.contract import Capabilities, Capability, ContextLimit, ModelInfo
+from effctx_core.contract import MODELED, OBSERVED, Capabilities, Capability, ContextLimit, ModelInfo, ResidencyMap
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
@@ -39,6 +39,8 @@ def _stateful_capabilities(profile: Profile) -> Capabilities:
         rollback_floor=None,
         rollback_reason="the stateful cache keeps every position of every layer (the sliding window is a mask), "
                         "so it can be cut anywhere",
+        residency_map=ResidencyMap(OBSERVED, "the stateful cache holds exactly the tape effctx set, every "
+                                             "position of it"),
     )
 
 
@@ -46,7 +48,7 @@ def _paged_capabilities(profile: Profile) -> Capabilities:
     options = options_of(profile)
     restore = ("openvino-genai has no KV state API: a restore recomputes the tape"
                + (" (its prefix cache may serve the blocks it still holds)" if options.enable_prefix_caching else ""))
-    notes = {"residency": "modeled: openvino-genai reports cache usage, not which blocks it kept"}
+    notes: dict[str, str] = {}
     if not options.enable_prefix_caching:
         notes["prefill"] = ("without prefix caching nothing outlives a request: a prefill queues its tokens and the "
                             "request that decodes computes them (its time to first token carries the cost)")
@@ -65,6 +67,8 @@ def _paged_capabilities(profile: Profile) -> Capabilities:
         quantized_v=Capability(True, f"VALUE_CACHE_PRECISION {' or '.join(QUANTIZED_TYPES)}"),
         rollback_floor=None,
         rollback_reason="every request is submitted whole: a shorter prefix is recomputed from the prefix cache",
+        residency_map=ResidencyMap(MODELED, "openvino-genai's scheduler owns the paged cache and reports its usage, "
+                                            "not which blocks it kept"),
         notes=notes,
     )
 
