@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable
 
 from effctx_core.errors import EffctxError
+from effctx_core.units import format_bytes
 
 # Output targets that are not regular files but are fine to write to (/dev/null, a tty).
 _WRITABLE_DEVICES = (stat.S_ISCHR,)
@@ -70,20 +71,28 @@ def open_input(path: str | os.PathLike, what: str) -> BinaryIO:
         raise
 
 
-def read_input_bytes(path: str | os.PathLike, what: str) -> bytes:
+def read_input_bytes(path: str | os.PathLike, what: str, limit: int | None = None) -> bytes:
+    """`limit`: the most bytes the file may hold, checked before any is read."""
     with open_input(path, what) as f:
+        size = os.fstat(f.fileno()).st_size
+        if limit is not None and size > limit:
+            raise UserFileError(f"{what} is larger than {format_bytes(limit)} ({size:,} bytes): {path}")
         try:
             return f.read()
         except OSError as exc:
             raise UserFileError(f"cannot read {what} {path}: {os_reason(exc)}") from None
 
 
-def read_input_text(path: str | os.PathLike, what: str) -> str:
-    data = read_input_bytes(path, what)
+def read_input_text(path: str | os.PathLike, what: str, limit: int | None = None) -> str:
+    data = read_input_bytes(path, what, limit)
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UserFileError(f"{what} is not UTF-8 text: {path}") from None
+    # UTF-8 lets NUL through, but no text a person writes holds one: it is binary data
+    if "\0" in text:
+        raise UserFileError(f"{what} is binary (it holds NUL bytes), not text: {path}")
+    return text
 
 
 def check_output_file(path: str | os.PathLike, what: str) -> Path:

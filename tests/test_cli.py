@@ -61,13 +61,15 @@ def test_run_reports_a_rate_only_for_what_it_timed(default_model):
 
 def test_run_reads_a_prompt_file_and_writes_a_trace(default_model, tmp_path):
     prompt = tmp_path / "prompt.txt"
-    prompt.write_text("Once upon a time", encoding="utf-8")
+    prompt.write_text("Notes:\nThe sky is blue.\n\nOnce upon a time", encoding="utf-8")
     trace = tmp_path / "run.jsonl"
     out = effctx("run", "--prompt-file", str(prompt), "--max-tokens", "3", "--trace", str(trace))
     assert out.returncode == 0, out.stderr
-    kinds = [json.loads(line)["kind"] for line in trace.read_text().splitlines()]
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    kinds = [event["kind"] for event in events]
     assert kinds[0] == "session_opened" and kinds[-2:] == ["turn_finished", "node"]
     assert kinds.count("token") == 3
+    assert [e["input_text"] for e in events if e["kind"] == "turn_started"] == ["Notes:\nThe sky is blue.\n\nOnce upon a time"]
 
 
 @pytest.fixture
@@ -80,7 +82,11 @@ def bad_files(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00bad")
     long = tmp_path / "long.txt"
     long.write_text("word " * 600)
-    return {"empty": empty, "text": text, "binary": binary, "long": long, "dir": tmp_path}
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"GGUF\0\0\0\3")
+    huge = tmp_path / "huge.txt"
+    huge.write_text("word " * 210_000)
+    return {"empty": empty, "text": text, "binary": binary, "long": long, "nul": nul, "huge": huge, "dir": tmp_path}
 
 
 BAD_INPUTS = {
@@ -90,6 +96,8 @@ BAD_INPUTS = {
     "missing prompt file": (["run", "--prompt-file", "{dir}/absent.txt"], "prompt file not found"),
     "prompt file is a directory": (["run", "--prompt-file", "{dir}"], "prompt file is a directory, not a file"),
     "prompt file not text": (["run", "--prompt-file", "{binary}"], "prompt file is not UTF-8 text"),
+    "prompt file binary": (["run", "--prompt-file", "{nul}"], "prompt file is binary (it holds NUL bytes), not text"),
+    "prompt file too large": (["run", "--prompt-file", "{huge}"], "prompt file is larger than 1 MiB (1,050,000 bytes)"),
     "prompt longer than n_ctx": (["run", "--prompt-file", "{long}", "--n-ctx", "256"], "context overflow in prefill"),
     "unknown option": (["run", "--prompt", "hi", "--bogus"], "unrecognized arguments"),
     "bench residency on no tokens": (["bench", "residency", "--tokens", "0"], "--tokens must be positive"),

@@ -20,6 +20,7 @@ from effctx_core.snapshots.tree import (
     SessionNameError,
     SnapshotTree,
     SnapshotTreeError,
+    TurnText,
 )
 from effctx_core.snapshots.tree_file import (
     encode_tree,
@@ -61,10 +62,10 @@ def test_add_records_every_field():
     t = SnapshotTree()
     n = t.add(
         None, [7], "prefix", "abc", label="L", residency={"n_tokens": 1}, metrics={"ttft_ms": 2.5},
-        blob="1" * 64, text="hello", created=42.0,
+        blob="1" * 64, turn=TurnText("hello", " hi"), created=42.0,
     )
     assert (n.id, n.parent, n.label, n.created, n.kind, n.identity_digest) == ("n0", None, "L", 42.0, "prefix", "abc")
-    assert (n.residency, n.metrics, n.blob, n.text) == ({"n_tokens": 1}, {"ttft_ms": 2.5}, "1" * 64, "hello")
+    assert (n.residency, n.metrics, n.blob, n.turn) == ({"n_tokens": 1}, {"ttft_ms": 2.5}, "1" * 64, TurnText("hello", " hi"))
 
 
 def test_add_makes_the_new_node_current():
@@ -366,7 +367,8 @@ def rich_tree() -> SnapshotTree:
         residency={"policy": "streaming", "source": "observed", "n_tokens": 8, "sink_tokens": 0, "recent_tokens": 4,
                    "hot_tokens": 0, "cold_tokens": 0, "evicted_tokens": 4, "resident_tokens": 4, "budget": 4,
                    "over_budget": False, "evicted_ranges": [[0, 4]], "cold_ranges": []},
-        metrics={"ttft_ms": 12.5, "reused": 3, "decode_tps": float("inf")}, blob="c" * 64, text="hi → ✓",
+        metrics={"ttft_ms": 12.5, "reused": 3, "decode_tps": float("inf")}, blob="c" * 64,
+        turn=TurnText("Summarise:\n\ndef f():\n    return 1\n", " It returns 1.\nThat is all."),
     ).id
     t.add(r, [], "manual", D)
     t.delete_subtree(b)
@@ -377,7 +379,67 @@ def rich_tree() -> SnapshotTree:
 def test_save_writes_under_data_dir_sessions(data_home):
     path = save_tree(rich_tree(), "my-session")
     assert path == data_home / "sessions" / "my-session.json"
-    assert json.loads(path.read_text())["version"] == 1
+    assert json.loads(path.read_text())["version"] == 2
+
+
+def test_a_turn_keeps_the_line_breaks_of_its_input_and_reply_through_a_file(data_home):
+    save_tree(rich_tree(), "s1")
+    u = load_tree("s1")
+    assert u.turns(u.current) == [TurnText("Summarise:\n\ndef f():\n    return 1\n", " It returns 1.\nThat is all.")]
+
+
+# A session saved before turns kept their input and reply apart: a one-line input, the
+# reply after the first line break (which may hold more of them).
+VERSION_1_FILE = r"""{
+ "format": "effctx-session", "version": 1, "tokens": "int32le-base64", "current": "n2", "next_id": 3,
+ "nodes": [
+  {"id": "n0", "parent": null, "label": "start", "created": 100.0, "kind": "root", "identity": "d",
+   "tokens": "", "residency": null, "metrics": null, "blob": null, "text": null},
+  {"id": "n1", "parent": "n0", "label": "What is 2+2?", "created": 101.0, "kind": "turn", "identity": "d",
+   "tokens": "AQAAAA==", "residency": null, "metrics": {"reused": 0}, "blob": null,
+   "text": "What is 2+2?\n Four.\nUser: and 3+3?"},
+  {"id": "n2", "parent": "n1", "label": "And 3+3?", "created": 102.0, "kind": "turn", "identity": "d",
+   "tokens": "AgAAAA==", "residency": null, "metrics": null, "blob": null, "text": "And 3+3?\n"}
+ ]
+}
+"""
+
+
+def test_a_version_1_session_reads_as_it_did(data_home):
+    (data_home / "sessions").mkdir()
+    (data_home / "sessions" / "old.json").write_text(VERSION_1_FILE)
+    tree = load_tree("old")
+    assert [(n.id, n.label, n.turn) for n in tree] == [
+        ("n0", "start", None),
+        ("n1", "What is 2+2?", TurnText("What is 2+2?", " Four.\nUser: and 3+3?")),
+        ("n2", "And 3+3?", TurnText("And 3+3?", "")),
+    ]
+    assert tree.turns("n2") == [TurnText("What is 2+2?", " Four.\nUser: and 3+3?"), TurnText("And 3+3?", "")]
+    save_tree(tree, "old")  # written again in the current version, it reads the same
+    assert json.loads((data_home / "sessions" / "old.json").read_text())["version"] == 2
+    assert list(load_tree("old")) == list(tree)
+
+
+def test_a_session_of_a_newer_version_is_refused_and_left_where_it_is(data_home):
+    doc = good_doc()
+    doc["version"] = 3
+    path = data_home / "sessions" / "future.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SessionFileError, match=r"version 3 is newer than this effctx reads \(2\)$"):
+        load_tree("future")
+    assert path.exists() and not (data_home / "sessions" / "quarantine").exists()
+
+
+@pytest.mark.parametrize(("said", "label"), [
+    ("What is the capital of France?", "What is the capital of France?"),
+    ("Summarise this:\nThe grass is green.", "Summarise this:…"),
+    ("\n\n  indented first line  \n", "indented first line"),
+    ("x" * 41, "x" * 40 + "…"),
+    (" \n ", "turn"),
+])
+def test_a_turn_is_labelled_by_its_first_line(said, label):
+    assert TurnText(said, "").label == label
 
 
 def test_save_load_round_trip(data_home):
@@ -446,13 +508,15 @@ CORRUPT = {
     "not utf-8": (b"\xff\xfe", "not UTF-8"),
     "foreign json": (b'{"hello": 1}', "not an effctx session file"),
     "json list": (b"[1, 2]", "not an effctx session file"),
-    "too new": (lambda d: d.update(version=2), "version 2 is newer than this effctx reads (1)"),
+    "too new": (lambda d: d.update(version=3), "version 3 is newer than this effctx reads (2)"),
     "bad version": (lambda d: d.update(version="1"), "bad format version '1'"),
     "bad token encoding": (lambda d: d.update(tokens="text"), "unknown token encoding"),
     "bad base64": (lambda d: d["nodes"][0].update(tokens="!!!"), "bad token data"),
     "ragged tokens": (lambda d: d["nodes"][0].update(tokens="AQID"), "whole number of int32"),
     "missing field": (lambda d: d["nodes"][1].pop("kind"), "node 1 has no 'kind'"),
     "wrong type": (lambda d: d["nodes"][1].update(created="yesterday"), "node 1 'created' has the wrong type"),
+    "turn without its input": (lambda d: d["nodes"][2]["turn"].pop("input"), "node 2 turn has no 'input'"),
+    "turn as text": (lambda d: d["nodes"][2].update(turn="hi\nthere"), "node 2 'turn' has the wrong type"),
     "orphan": (lambda d: d["nodes"][1].update(parent="n77"), "comes before its parent 'n77'"),
     "duplicate id": (lambda d: d["nodes"][2].update(id=d["nodes"][1]["id"]), "duplicate node id"),
     "two roots": (lambda d: d["nodes"][1].update(parent=None), "second root"),

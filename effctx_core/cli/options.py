@@ -20,6 +20,11 @@ from effctx_core.snapshots.tree_file import check_name
 from effctx_core.user_files import folder_problem, read_input_text, refuse_same_file
 
 EXIT_BAD_INPUT = 2
+# 1 MiB of text is some 250,000 tokens, several times the longest context a model here
+# holds (32,768 for the embedded Gemma): a bigger file is a mistake (a log, a dump) that
+# would fail only at the prefill, after a long tokenization.
+PROMPT_FILE_LIMIT = 1 << 20
+
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -304,6 +309,11 @@ def stderr_progress():
 
 def read_text_file(path: str, what: str) -> str:
     return read_input_text(path, f"{what} file")
+
+
+def read_prompt_file(path: str) -> str:
+    """A file to send as a prompt, whole: UTF-8 text of at most PROMPT_FILE_LIMIT bytes."""
+    return read_input_text(path, "prompt file", PROMPT_FILE_LIMIT)
 
 
 def number_list(text: str, kind, name: str, low: float, high: float) -> list:

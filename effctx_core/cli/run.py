@@ -8,15 +8,16 @@ import sys
 
 from effctx_core.cli.options import (
     EXIT_BAD_INPUT,
+    PROMPT_FILE_LIMIT,
     add_runtime_options,
     add_sampling_options,
     check_run_inputs,
     decode_config_from_args,
     prepared_model,
-    read_text_file,
+    read_prompt_file,
     warn,
 )
-from effctx_core.units import format_ms, format_rate
+from effctx_core.units import format_bytes, format_ms, format_rate
 
 
 def add_parser(sub) -> None:
@@ -24,7 +25,7 @@ def add_parser(sub) -> None:
     add_runtime_options(run)
     src = run.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", metavar="TEXT")
-    src.add_argument("--prompt-file", metavar="FILE")
+    src.add_argument("--prompt-file", metavar="FILE", help=f"the prompt from a UTF-8 text file, line breaks kept (at most {format_bytes(PROMPT_FILE_LIMIT)})")
     run.add_argument("--prefix-file", metavar="FILE",
                      help="a stable prefix (system prompt, document) put before the prompt; its state is cached")
     run.add_argument("--no-prefix-cache", action="store_true", help="prefill the prefix without the prefix cache")
@@ -36,7 +37,7 @@ def add_parser(sub) -> None:
 def _read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is not None:
         return args.prompt
-    return read_text_file(args.prompt_file, "prompt")
+    return read_prompt_file(args.prompt_file)
 
 
 def run(args: argparse.Namespace) -> int:

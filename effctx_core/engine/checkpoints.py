@@ -16,6 +16,7 @@ from effctx_core.errors import EffctxError
 from effctx_core.events.trace import NodeAdded, NodeRestored
 from effctx_core.residency.tracker import segments_from_json, segments_to_json
 from effctx_core.snapshots import SnapshotError, SnapshotNotFoundError, SnapshotStore, load_snapshot, save_snapshot
+from effctx_core.snapshots.tree import TurnText
 from effctx_core.snapshots.tree_file import load_tree, save_tree
 from effctx_core.units import ms_since
 
@@ -46,7 +47,8 @@ class Checkpointer:
         self.store = store
         self._made_blobs: set[str] = set()  # states this engine saved, until a save lets go of them
 
-    def checkpoint(self, kind: str, label: str, text: str | None, metrics: dict, known_blob: str | None = None) -> None:
+    def checkpoint(self, kind: str, label: str, turn: TurnText | None, metrics: dict,
+                   known_blob: str | None = None) -> None:
         """A node for the tape as it is now, with the session's state when there is a store.
 
         Under an evicting policy the cache holds only part of the tape, so no state is
@@ -79,7 +81,7 @@ class Checkpointer:
                 message = f"state not saved ({exc}); restoring this node will recompute it"
         node = tree.add_tape(
             parent.id, tape, kind, session.info.identity.digest(), label=label,
-            residency={**tracker.report().to_dict(), "segments": segments_to_json(tracker.segments_from())}, metrics={**metrics, "bytes": state_bytes}, blob=blob, text=text,
+            residency={**tracker.report().to_dict(), "segments": segments_to_json(tracker.segments_from())}, metrics={**metrics, "bytes": state_bytes}, blob=blob, turn=turn,
         )
         state.bus.emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(tape), blob=blob or "",
                        message=message or "")

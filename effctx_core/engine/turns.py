@@ -17,6 +17,7 @@ from effctx_core.engine.state import EngineState
 from effctx_core.errors import ContextOverflowError
 from effctx_core.events.trace import PrefixChecked, RuntimeCounted, TokenDecoded, TurnFinished, TurnResult, TurnStarted
 from effctx_core.residency import ResidencyReport, Segment
+from effctx_core.snapshots.tree import TurnText
 from effctx_core.units import ms_between, ms_since
 
 
@@ -87,7 +88,8 @@ class TurnRunner:
         counts = session.explain().runtime_counts
         if counts is not None:
             state.bus.emit(RuntimeCounted, turn=turn, counts=counts, agree=counts.agree)
-        self._checkpointer.checkpoint("turn", _label(input_text, "turn"), f"{input_text}\n{result.text}", {
+        said = TurnText(input_text, result.text)
+        self._checkpointer.checkpoint("turn", said.label, said, {
             "reused": result.reused, "prefilled": result.prefilled, "generated": result.generated,
             "ttft_ms": round(result.ttft_ms, 3), "prefill_tps": round(result.prefill_tps, 2),
             "decode_tps": round(result.decode_tps, 2),
@@ -208,11 +210,6 @@ class TurnRunner:
         )
         state.bus.emit(TurnFinished, turn=turn, result=result, tape=len(state.tape))
         return result
-
-
-def _label(text: str, fallback: str) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return first[:40] or fallback
 
 
 def _stop_cut(text: str, stop: tuple[str, ...]) -> int | None:

@@ -38,7 +38,7 @@ from effctx_core.residency.config import ResidencyConfig
 from effctx_core.residency.policies import PlannerCaps
 from effctx_core.residency.report import UNKNOWN
 from effctx_core.residency.tracker import ResidencyTracker
-from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.snapshots.tree import SnapshotTree, TurnText
 
 UNKNOWN_TOKEN = -1  # a prefilled token: the trace records how many, not which
 
@@ -212,9 +212,9 @@ class ReplayEngine:
         in the trace, so its own tokens are placeholders of the right count."""
         parent = self._node_ids.get(event.parent, self._node_ids[""])  # "" is the root
         own = max(0, event.tokens - self.tree.tape_length(parent))
-        label = self._input.strip().splitlines()[0][:40] if self._input.strip() else "turn"
-        node = self.tree.add(parent, (0,) * own, "turn", self._opened.identity, label=label,
-                             text=f"{self._input}\n{self._reply}", created=self._opened.started + event.t_ms / 1000)
+        said = TurnText(self._input, self._reply)
+        node = self.tree.add(parent, (0,) * own, "turn", self._opened.identity, label=said.label, turn=said,
+                             created=self._opened.started + event.t_ms / 1000)
         self._node_ids[event.node] = node.id
 
     def _resize(self, n: int) -> None:

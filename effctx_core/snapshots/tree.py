@@ -27,6 +27,9 @@ TAPE_CACHE_SIZE = 32
 
 TOKEN_MAX = 2**31 - 1  # tokens are stored as int32 on disk
 
+# A node's label is its turn's first line, cut to fit a tree line beside its facts.
+LABEL_CHARS = 40
+
 
 class SnapshotTreeError(EffctxError):
     """An operation on the snapshot tree that cannot be done (unknown node, bad tape...)."""
@@ -38,6 +41,24 @@ class SessionFileError(EffctxError):
 
 class SessionNameError(EffctxError):
     """A session name that cannot be a file name."""
+
+
+@dataclass(frozen=True)
+class TurnText:
+    """What was said in a turn: the input and the reply, apart, so either may hold line
+    breaks (a pasted document, code)."""
+
+    input: str
+    reply: str
+
+    @property
+    def label(self) -> str:
+        """The input's first line, "…" where it was cut or more lines follow."""
+        lines = [line.strip() for line in self.input.splitlines() if line.strip()]
+        if not lines:
+            return "turn"
+        first = lines[0][:LABEL_CHARS]
+        return first + "…" if len(lines) > 1 or len(first) < len(lines[0]) else first
 
 
 @dataclass(frozen=True)
@@ -55,7 +76,7 @@ class Node:
     residency: dict | None = None  # e.g. ResidencyReport.to_dict()
     metrics: dict | None = None  # ttft_ms, prefill_tps, decode_tps, reused, ...
     blob: str | None = None  # snapshot store key of the saved state, if one was saved
-    text: str | None = None  # what to show for it, e.g. the turn's input and output
+    turn: TurnText | None = None  # what was said, on a turn's node
 
 
 @dataclass(frozen=True)
@@ -174,6 +195,10 @@ class SnapshotTree:
         out.reverse()
         return out
 
+    def turns(self, node_id: str) -> list[TurnText]:
+        """What was said on the way from the root down to `node_id`, turn by turn."""
+        return [node.turn for node in self.path(node_id) if node.turn is not None]
+
     def depth(self, node_id: str) -> int:
         return len(self.path(node_id)) - 1
 
@@ -286,7 +311,7 @@ class SnapshotTree:
         residency: dict | None = None,
         metrics: dict | None = None,
         blob: str | None = None,
-        text: str | None = None,
+        turn: TurnText | None = None,
         *,
         created: float | None = None,
         make_current: bool = True,
@@ -309,8 +334,8 @@ class SnapshotTree:
             raise SnapshotTreeError("node label must be a string")
         if blob is not None and (not isinstance(blob, str) or not blob):
             raise SnapshotTreeError("blob key must be a non-empty string or None")
-        if text is not None and not isinstance(text, str):
-            raise SnapshotTreeError("node text must be a string or None")
+        if turn is not None and not isinstance(turn, TurnText):
+            raise SnapshotTreeError("a node's turn must be a TurnText or None")
         while f"n{self._next_id}" in self._nodes:  # only possible with a hand-edited file
             self._next_id += 1
         node = Node(
@@ -324,7 +349,7 @@ class SnapshotTree:
             residency=_jsonable("residency", residency),
             metrics=_jsonable("metrics", metrics),
             blob=blob,
-            text=text,
+            turn=turn,
         )
         self._next_id += 1
         self._insert(node)

@@ -8,7 +8,11 @@ Tokens are written as base64 of int32 little-endian, per node (own tokens only).
 a plain JSON int list that is about a quarter smaller for vocabularies of 10^5 ids (5.3
 characters a token against 6-7 with the comma), decodes with one frombuffer call instead
 of parsing every number, and is exact and fixed-width; the readable form of a node is
-its `text`, nobody reads token ids in a session file.
+its `turn`, nobody reads token ids in a session file.
+
+Version 2 keeps a turn's input and reply apart ("turn": {"input", "reply"}): version 1
+wrote them as one "text", "input\nreply", which only a one-line input could be cut back
+into. Version 1 files are still read, their text cut at its first line break as before.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from effctx_core.snapshots.tree import (
     SessionNameError,
     SnapshotTree,
     SnapshotTreeError,
+    TurnText,
 )
 from effctx_core.user_files import (
     UserFileError,
@@ -43,7 +48,7 @@ from effctx_core.user_files import (
 )
 
 FORMAT = "effctx-session"
-VERSION = 1
+VERSION = 2
 TOKEN_ENCODING = "int32le-base64"
 SUFFIX = ".json"
 # How every file encode_tree writes starts: tells an export it may replace a file.
@@ -96,6 +101,8 @@ def load_tree(name: str, directory: Path | None = None) -> SnapshotTree:
         raise SessionFileError(f"no saved session {name!r} ({path})")
     try:
         tree = decode_tree(_read(path))
+    except _TooNew as e:  # not damaged: a newer effctx reads it, so it stays where it is
+        raise SessionFileError(f"{path}: {e}") from None
     except _Corrupt as e:
         moved = quarantine_file(path)
         raise SessionFileError(f"{path}: {e}; the file was moved to {moved}") from None
@@ -174,7 +181,7 @@ def encode_tree(tree: SnapshotTree) -> bytes:
                 "residency": n.residency,
                 "metrics": n.metrics,
                 "blob": n.blob,
-                "text": n.text,
+                "turn": None if n.turn is None else {"input": n.turn.input, "reply": n.turn.reply},
             }
             for n in tree
         ],
@@ -184,6 +191,10 @@ def encode_tree(tree: SnapshotTree) -> bytes:
 
 class _Corrupt(Exception):
     """Internal: what is wrong with the document; read_tree_file adds the path."""
+
+
+class _TooNew(_Corrupt):
+    """Internal: a document of a later format version."""
 
 
 def _field(obj: dict, key: str, types: type | tuple[type, ...], where: str) -> Any:
@@ -223,6 +234,19 @@ def _check_residency(residency: dict, where: str) -> None:
                 raise _Corrupt(f"corrupt session file: {where} {key!r} holds {item!r}, not a [start, end] range")
 
 
+def _turn(raw: dict, version: int, where: str) -> TurnText | None:
+    if version == 1:
+        text = _field(raw, "text", (str, type(None)), where)
+        if text is None:
+            return None
+        said, _, reply = text.partition("\n")  # a version 1 input was one line
+        return TurnText(said, reply)
+    turn = _field(raw, "turn", (dict, type(None)), where)
+    if turn is None:
+        return None
+    return TurnText(_field(turn, "input", str, f"{where} turn"), _field(turn, "reply", str, f"{where} turn"))
+
+
 def decode_tree(data: bytes) -> SnapshotTree:
     try:
         doc = json.loads(data.decode("utf-8"))
@@ -236,7 +260,7 @@ def decode_tree(data: bytes) -> SnapshotTree:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise _Corrupt(f"corrupt session file: bad format version {version!r}")
     if version > VERSION:
-        raise _Corrupt(f"session file format version {version} is newer than this effctx reads ({VERSION})")
+        raise _TooNew(f"session file format version {version} is newer than this effctx reads ({VERSION})")
     if doc.get("tokens") != TOKEN_ENCODING:
         raise _Corrupt(f"corrupt session file: unknown token encoding {doc.get('tokens')!r}")
     current = _field(doc, "current", (str, type(None)), "the file")
@@ -273,7 +297,7 @@ def decode_tree(data: bytes) -> SnapshotTree:
                 residency=residency,
                 metrics=_field(raw, "metrics", (dict, type(None)), where),
                 blob=blob,
-                text=_field(raw, "text", (str, type(None)), where),
+                turn=_turn(raw, version, where),
             )
         )
     if next_id < 0:

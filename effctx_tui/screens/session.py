@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
@@ -33,11 +35,11 @@ from effctx_core.events.trace import (
     TurnStarted,
 )
 from effctx_core.residency.policies import keeps_budget
-from effctx_core.snapshots.tree import SnapshotTree
 from effctx_tui.messages import EngineEvent, EngineFailed, EngineLoading, EngineReady, TurnDone
 from effctx_tui.replay_controls import ReplayControls
 from effctx_tui.screens.benchmark import BenchmarkScreen
 from effctx_tui.screens.cells import CellsScreen
+from effctx_tui.screens.prompt_file import PromptFileDialog
 from effctx_tui.screens.residency import BudgetSteering, ResidencyScreen, changes_residency
 from effctx_tui.screens.snapshots import BRANCH, SnapshotsScreen
 from effctx_tui.screens.timings import TimingsScreen, engine_timeline
@@ -80,19 +82,6 @@ def prefix_note(name: str, event: PrefixCacheLookup) -> str:
     return f"{how}, stored in the prefix cache" if event.key else f"{how}, not stored in the prefix cache"
 
 
-def path_turns(tree: SnapshotTree, node_id: str) -> list[tuple[str, str]]:
-    """The (input, reply) of each turn from the root down to `node_id`.
-
-    A node's text is "input\nreply"; the prompt is a one-line Input, so the first
-    newline is where the input ends."""
-    turns = []
-    for node in tree.path(node_id)[1:]:
-        if node.text is not None:
-            user, _, reply = node.text.partition("\n")
-            turns.append((user, reply))
-    return turns
-
-
 def _profile_of(cell: Cell) -> Profile:
     assert cell.profile_record is not None  # the cells screen swaps to runnable cells, which carry it
     return cell.profile_record
@@ -130,6 +119,7 @@ class SessionScreen(Screen):
         Binding("ctrl+g", "timings", "Timings", tooltip="Prefill, decode and time to first token of every turn"),
         Binding("ctrl+o", "cells", "Cells", tooltip="What this machine can run, certified or not; swap the conversation to another cell"),
         Binding("ctrl+b", "bench", "Benchmark", tooltip="Measure this cell's throughput and passkey recall"),
+        Binding("ctrl+f", "prompt_file", "Insert file", tooltip="Put a text file into the prompt, as one marker like a long paste"),
         Binding("ctrl+q", "app.quit", "Quit", tooltip="Quit effctx"),
     ]
 
@@ -149,6 +139,7 @@ class SessionScreen(Screen):
         self._n_ctx = 0
         self._resident = 0
         self._introduced = False  # the first screen's notes (the strip, a base model) are said once
+        self._enter_refused = -math.inf  # time.monotonic() of the last "Enter sent nothing" notice
 
     @property
     def effctx_app(self) -> ConsoleHost:
@@ -367,6 +358,15 @@ class SessionScreen(Screen):
             return
         self.app.push_screen(BenchmarkScreen(engine.model_path, engine.profile, self.effctx_app.bench_plan, is_busy=lambda: self.busy))
 
+    def action_prompt_file(self) -> None:
+        self.app.push_screen(PromptFileDialog(), self._prompt_file_read)
+
+    def _prompt_file_read(self, text: str | None) -> None:
+        prompt = self.query_one(PromptInput)
+        if text is not None:
+            prompt.put(text)
+        prompt.focus()
+
     def action_timings(self) -> None:
         self.app.push_screen(TimingsScreen(self.timeline))
 
@@ -384,7 +384,7 @@ class SessionScreen(Screen):
         tree = self._engine.tree  # the event came from it
         if event.node not in tree:
             return
-        self.query_one(Transcript).show_history(path_turns(tree, event.node))
+        self.query_one(Transcript).show_history(tree.turns(event.node))
         self._resident = event.tokens
         label = tree.node(event.node).label or event.node
         self.query_one(StatusLine).show_busy(
@@ -487,16 +487,26 @@ class SessionScreen(Screen):
         if not text:
             return
         if not self.ready:
-            self.notify("The model is still loading.", severity="warning")
+            self._refuse_enter("The model is still loading; the prompt keeps your text.")
             return
         if self.busy:
-            self.notify("A reply is still running; Esc stops it.", severity="warning")
+            self._refuse_enter("A reply is still running; the prompt keeps your text for when it is done "
+                               "(Esc stops the reply).")
             return
         event.input.clear()
         self.busy = True
         self.refresh_bindings()
         self.query_one(Transcript).add_user(text)
         self.run_turn(text)
+
+    def _refuse_enter(self, why: str) -> None:
+        """Say why an Enter sent nothing, once while the notice shows: a terminal without
+        bracketed paste types a paste in as keys, an Enter a line."""
+        now = time.monotonic()
+        if now - self._enter_refused < self.app.NOTIFICATION_TIMEOUT:
+            return
+        self._enter_refused = now
+        self.notify(why, severity="warning")
 
     @work(thread=True, group="turn", exit_on_error=False)
     def run_turn(self, text: str) -> None:

@@ -42,11 +42,10 @@ def node_details(tree: SnapshotTree, node_id: str, restore: NodeRestore | None,
     if restore is not None:
         text = text.append_text(f"\nlast restore: {restore_summary(restore)} ")
         text = text.append_text(f"({restore.reason})", MUTED)
-    if node.text:
-        user, _, reply = node.text.partition("\n")
+    if node.turn is not None:
         text = text.append_text("\n\n")
-        text = text.append_text(user, "bold")
-        text = text.append_text("\n" + reply.strip())
+        text = text.append_text(node.turn.input.strip(), "bold")
+        text = text.append_text("\n" + node.turn.reply.strip())
     return text
 
 

@@ -7,6 +7,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
+from effctx_core.snapshots.tree import TurnText
 from effctx_tui.themes import MUTED
 
 
@@ -25,16 +26,16 @@ class Transcript(VerticalScroll):
         self.mount(self._reply)
         self.scroll_end(animate=False)
 
-    def show_history(self, turns: list[tuple[str, str]]) -> None:
-        """Replace the conversation with these (input, reply) turns, e.g. after a restore."""
+    def show_history(self, turns: list[TurnText]) -> None:
+        """Replace the conversation with these turns, e.g. after a restore."""
         self.remove_children()
         self._reply = None  # a reply still streaming would land in a removed widget
         self._reply_text = ""
         self.streamed_pieces = 0
         widgets = []
-        for user, reply in turns:
-            widgets.append(Static(Text(user), classes="user-turn"))
-            widgets.append(Static(Text(reply.lstrip()), classes="assistant-turn"))
+        for turn in turns:
+            widgets.append(Static(Text(turn.input), classes="user-turn"))
+            widgets.append(Static(Text(turn.reply.lstrip()), classes="assistant-turn"))
         if widgets:
             self.mount_all(widgets)
         self.scroll_end(animate=False)

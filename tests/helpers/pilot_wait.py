@@ -7,6 +7,7 @@ import asyncio
 from textual import events
 from textual.widgets import Input, ProgressBar
 
+from effctx_tui.widgets.prompt_input import PromptInput
 from effctx_tui.widgets.status_line import StatusLine
 
 
@@ -24,6 +25,14 @@ async def take_a_turn(pilot, screen, text: str) -> None:
     done = screen.turns_done
     await pilot.press(*text, "enter")
     await wait_for(pilot, lambda: screen.turns_done == done + 1)
+
+
+async def opened_steady(pilot) -> None:
+    """For an SVG baseline of the session screen: wait for its model to be ready, and hold
+    the prompt's cursor still (it blinks every half second, into or out of the picture)."""
+    await wait_for(pilot, lambda: pilot.app.session_screen.ready)
+    pilot.app.session_screen.query_one(PromptInput).cursor_blink = False
+    await pilot.pause(0.2)
 
 
 def status_text(screen) -> str:

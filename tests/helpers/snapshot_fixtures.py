@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 from textual.app import App
 
 from effctx_core.engine import NodeRestore
-from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.snapshots.tree import SnapshotTree, TurnText
 from effctx_tui.screens.snapshots import SnapshotsScreen
 
 T0 = 1_700_000_000.0
@@ -33,13 +33,13 @@ def fixed_tree() -> SnapshotTree:
     tree = SnapshotTree()
     root = tree.add(None, (), "root", IDENTITY, label="start", created=T0)
     hello = tree.add(root.id, range(1, 9), "turn", IDENTITY, label="Hello", created=T0 + 5,
-                     metrics=metrics(0, 7, 185_032), blob="5655251542aa", text="Hello\n Hello! How can I help?")
+                     metrics=metrics(0, 7, 185_032), blob="5655251542aa", turn=TurnText("Hello", " Hello! How can I help?"))
     tree.add(hello.id, [20, 21, 22, *range(30, 43)], "turn", IDENTITY, label="What is two plus two?", created=T0 + 20,
-             metrics=metrics(8, 12, 443_416), blob="0421bcc3fdbb", text="What is two plus two?\n Two plus two is four.")
+             metrics=metrics(8, 12, 443_416), blob="0421bcc3fdbb", turn=TurnText("What is two plus two?", " Two plus two is four."))
     joke = tree.add(hello.id, [20, 21, 22, *range(50, 61)], "turn", IDENTITY, label="Tell me a joke", created=T0 + 40,
-                    metrics=metrics(8, 14, 0), text="Tell me a joke\n Why did the chicken cross the road?")
+                    metrics=metrics(8, 14, 0), turn=TurnText("Tell me a joke", " Why did the chicken cross the road?"))
     tree.add(joke.id, range(70, 78), "turn", IDENTITY, label="Another one", created=T0 + 60,
-             metrics=metrics(22, 8, 570_060), blob="77aa01c2dd", text="Another one\n What do you call a fish?")
+             metrics=metrics(22, 8, 570_060), blob="77aa01c2dd", turn=TurnText("Another one", " What do you call a fish?"))
     tree.set_current(joke.id)
     return tree
 

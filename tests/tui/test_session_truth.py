@@ -15,9 +15,8 @@ from effctx_core.events.explain import EXTENDS, FIRST_TURN
 from effctx_core.profiles import DEFAULT_PROFILE
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.session import STRIP_NOTE, base_model_note
-from effctx_tui.widgets.prompt_input import PromptInput
 from effctx_tui.widgets.transcript import Transcript
-from tests.helpers.pilot_wait import status_text, take_a_turn, wait_for
+from tests.helpers.pilot_wait import opened_steady, status_text, take_a_turn, wait_for
 
 Q8 = load_profile("q8").with_changes(n_ctx=1024)
 
@@ -58,7 +57,7 @@ async def test_after_a_swap_the_status_line_title_and_transcript_show_the_new_ce
         await asyncio.to_thread(app.engine.swap, Q8)  # what the cells screen does, off the UI thread
         sentence = rf"now on q8: recomputed {tape} tokens in [\d.,]+ m?s \(other KV settings\)"
         await wait_for(pilot, lambda: re.search(sentence, status_text(screen)) is not None)
-        assert status_text(screen).startswith(f"resident {tape} / 1024 · available {1024 - tape}  │  now on q8")
+        assert status_text(screen).startswith(f"resident {tape} / 1,024 · available {1024 - tape:,}  │  now on q8")
         note = screen.query_one(Transcript).query(".note-line").last()
         assert re.fullmatch(sentence, str(note.render()))
         assert "kv_settings.kv_cache_type_k 'f16' -> 'q8_0'" in str(note.tooltip)
@@ -94,19 +93,8 @@ async def test_a_cancelled_swap_says_so_and_shows_the_cell_it_stayed_on(default_
         assert screen.sub_title == title
 
 
-async def _opened(pilot) -> None:
-    app = pilot.app
-    for _ in range(3000):
-        if app.session_screen.ready:
-            break
-        await pilot.pause(0.02)
-    # The prompt's cursor blinks every half second: a steady one draws the same each time.
-    app.session_screen.query_one(PromptInput).cursor_blink = False
-    await pilot.pause(0.2)
-
-
 @pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=["100x30", "160x48"])
 def test_snapshot_of_the_first_screen(snap_compare, default_model, size):
     # The header, the two first-screen notes, the empty strip and the status line: what a
     # newcomer sees before the first turn; nothing on it depends on timing.
-    assert snap_compare(EffctxApp(max_tokens=1, checkpoints=None), terminal_size=size, run_before=_opened)
+    assert snap_compare(EffctxApp(max_tokens=1, checkpoints=None), terminal_size=size, run_before=opened_steady)
