@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.residency import BlockClass, BlockFlag, BlockTable, Reason, ResidencyReport, Segment
 from effctx_core.residency.config import ResidencyConfig, check_residency
-from effctx_core.residency.tracker import ResidencyTracker
 from effctx_core.residency.policies import (
     POLICIES,
     BudgetPlanner,
@@ -21,6 +20,7 @@ from effctx_core.residency.policies import (
     keeps_budget,
     planner_for,
 )
+from effctx_core.residency.tracker import ResidencyTracker
 
 NO_SCORES = PlannerCaps(attention_scores=False)
 SCORES = PlannerCaps(attention_scores=True)
