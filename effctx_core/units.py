@@ -1,6 +1,6 @@
 """Units: byte sizes for people, printed (`format_bytes`) and read back (`parse_memory`);
-counts, durations and rates as a person reads them (`format_count`, `format_ms`,
-`format_rate`); elapsed milliseconds between `time.perf_counter_ns()` readings
+counts, durations and rates as a person reads them (`format_count`, `format_counted`,
+`format_ms`, `format_rate`, a turn's `turn_speeds`); elapsed milliseconds between `time.perf_counter_ns()` readings
 (`ms_since`, `ms_between`)."""
 
 from __future__ import annotations
@@ -22,6 +22,12 @@ def format_bytes(n: int) -> str:
 def format_count(n: float) -> str:
     """A count of tokens or positions: a whole number with thousands separators."""
     return f"{round(n):,}"
+
+
+def format_counted(n: float, noun: str) -> str:
+    """A count and its noun, singular for one (1 token, 0 tokens, 2,048 tokens); the noun
+    is one whose plural takes an s."""
+    return f"{format_count(n)} {noun}{'' if round(n) == 1 else 's'}"
 
 
 def _three_digits(x: float) -> str:
@@ -49,6 +55,14 @@ def format_rate(tokens_per_s: float) -> str | None:
     if not 0 < tokens_per_s < math.inf:
         return None
     return f"{tokens_per_s:.2g} tok/s" if tokens_per_s < 1 else f"{_three_digits(tokens_per_s)} tok/s"
+
+
+def turn_speeds(generated: int, ttft_ms: float, prefill_tps: float, decode_tps: float) -> list[tuple[str, str]]:
+    """A turn's TTFT and rates as (name, figure), only those measured: no TTFT and no
+    decode rate for a turn that generated nothing (one cancelled in its prefill), no rate
+    where no time was taken."""
+    rates = (("prefill", format_rate(prefill_tps)), ("decode", format_rate(decode_tps) if generated else None))
+    return [("TTFT", format_ms(ttft_ms))] * bool(generated) + [(name, rate) for name, rate in rates if rate is not None]
 
 
 _UNITS = {

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Literal, TypedDict, get_args
 
 import platformdirs
+from rich.style import Style as RichStyle
 from textual.color import Color, ColorParseError
 from textual.css.constants import VALID_STYLE_FLAGS
 from textual.theme import Theme
+from textual.widget import Widget
 
 ColourKey = Literal[
     "primary", "secondary", "accent", "foreground", "background", "surface", "panel",
@@ -61,6 +63,17 @@ KNOWN_KEYS = {"name", "dark", "variables", *COLOUR_KEYS, *FLOAT_KEYS}
 # $text-muted: an "auto" colour, which a Content style does not blend (it comes out at
 # full strength in every theme).
 MUTED = "$foreground-muted"
+
+
+def rich_style(widget: Widget, style: str) -> RichStyle:
+    """`style`, a Content style that may name the theme's variables ("$success bold",
+    MUTED), as a Rich style, for what takes no Content (a DataTable's cells, a Rich Table's).
+    Its colour is blended over the widget's background as a Content's would be (MUTED is
+    translucent in some themes); it sets no background, so a row keeps its own. It holds
+    the theme of the call: whoever draws with it draws again on App.theme_changed_signal."""
+    parsed = widget.app.stylesheet.parse_style(style)
+    blended = (widget.get_visual_style() + parsed).rich_style
+    return parsed.rich_style + RichStyle(color=blended.color)
 
 
 class ThemeFileError(ValueError):

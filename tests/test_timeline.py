@@ -124,6 +124,15 @@ def test_a_follow_up_turn_reuses_everything_and_computes_only_its_input():
     assert e.detail == "all 15 resident tokens reused; only the 9 new tokens computed"
 
 
+def test_one_token_is_singular_and_a_count_has_thousands_separators():
+    first = turn(1, prefix=0, new=1, reused=0, generated=0, cause=PrefixCause.EMPTY)
+    assert fed(first).explain(1).detail == "nothing was resident: 1 token computed"
+    e = fed(turn(1, prefix=0, new=1500, reused=0, cause=PrefixCause.EMPTY), turn(2, prefix=1500, new=1, reused=1500)).explain(2)
+    assert e.detail == "all 1,500 resident tokens reused; only the 1 new token computed"
+    e = fed(turn(3, prefix=0, new=8, reused=0, dropped=1, cause=PrefixCause.DIVERGED, diverged_at=0)).explain(3)
+    assert e.detail == "the 1 resident token was dropped; 8 computed"
+
+
 def test_an_edit_inside_the_earlier_turns_names_the_token_and_shows_the_text_around_it():
     letters = lambda tokens: "".join(chr(ord("a") + t) for t in tokens)  # noqa: E731
     tape = list(range(12))  # "abcdefghijkl"
@@ -167,7 +176,7 @@ def test_a_turn_after_a_restore_names_the_restored_node_with_its_cost():
                            reason="the node has no saved state")
     e = fed(turn(1, prefix=0, new=30, reused=0, cause=PrefixCause.EMPTY), restore, turn(2, prefix=20, new=5, reused=20)).explain(2)
     assert e.cause == RESTORED
-    assert e.detail == ("node n3 was restored before this turn (recompute, 20 of 20 tokens recomputed in 12.2 ms: "
+    assert e.detail == ("node n3 was restored before this turn (recompute, 20 of 20 tokens recomputed in 12 ms: "
                         "the node has no saved state); then 20 reused, 5 computed")
 
 

@@ -1,11 +1,11 @@
-"""Figures as a person reads them: counts with separators, durations in ms or s, rates
-only when they were measured."""
+"""Figures as a person reads them: counts with separators and their noun in the right
+number, sizes in binary units, durations in ms or s, rates only when they were measured."""
 
 from __future__ import annotations
 
 import pytest
 
-from effctx_core.units import format_count, format_ms, format_rate
+from effctx_core.units import format_bytes, format_count, format_counted, format_ms, format_rate, turn_speeds
 
 
 @pytest.mark.parametrize(("n", "text"), [(0, "0"), (15.0, "15"), (26.8, "27"), (2713, "2,713"), (1_048_576, "1,048,576")])
@@ -31,3 +31,24 @@ def test_a_measured_rate_keeps_three_significant_digits_and_is_never_printed_as_
 @pytest.mark.parametrize("rate", [0.0, float("inf")])
 def test_a_rate_of_nothing_timed_is_not_a_figure(rate):
     assert format_rate(rate) is None
+
+
+@pytest.mark.parametrize(("n", "text"), [(0, "0 tokens"), (1, "1 token"), (2, "2 tokens"), (2048, "2,048 tokens")])
+def test_a_counted_noun_is_singular_for_one(n, text):
+    assert format_counted(n, "token") == text
+
+
+@pytest.mark.parametrize(("n", "text"), [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1 KiB"), (443_392, "433 KiB"), (1_572_864, "1.5 MiB"),
+    (1_310_720, "1.25 MiB"), (3 << 30, "3 GiB"),
+])
+def test_a_size_is_in_the_largest_binary_unit_it_reaches_with_at_most_two_decimals(n, text):
+    assert format_bytes(n) == text
+
+
+def test_a_turn_shows_only_the_speeds_that_were_measured():
+    assert turn_speeds(8, 452.0, 2555.2, 14.6) == [("TTFT", "452 ms"), ("prefill", "2,555 tok/s"), ("decode", "14.6 tok/s")]
+    # cancelled in its prefill: nothing generated, so no TTFT and no decode rate
+    assert turn_speeds(0, 0.0, 640.0, 0.0) == [("prefill", "640 tok/s")]
+    # a prefill that took no measurable time has no rate
+    assert turn_speeds(1, 3.2, 0.0, 0.0) == [("TTFT", "3.2 ms")]

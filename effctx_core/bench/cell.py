@@ -16,6 +16,7 @@ from effctx_core.cancel import CancelToken
 from effctx_core.engine import SessionEngine
 from effctx_core.profiles import Profile
 from effctx_core.residency.config import policy_evicts
+from effctx_core.units import format_count, format_rate
 
 ProgressFn = Callable[[str, int, int], None]  # message, steps done, steps
 
@@ -64,10 +65,11 @@ class CellBenchReport:
         t = self.throughput
         engine = t.to_dict()["engine"]
         length = self.trials[0].length if self.trials else 0
-        return (f"{self.profile}: prefill {engine['prefill_tps']:.0f} tok/s, decode {engine['decode_tps']:.1f} tok/s "
+        rates = [f"{name} {rate}" for name in ("prefill", "decode") if (rate := format_rate(engine[f"{name}_tps"]))]
+        return (f"{self.profile}: {', '.join(rates) or 'no rate measured'} "
                 f"(engine/direct {t.prefill_ratio:.3f} / {t.decode_ratio:.3f}, "
                 f"engine/library {t.library_prefill_ratio:.3f} / {t.library_decode_ratio:.3f}) · "
-                f"passkey {self.found}/{len(self.trials)} found at {length} tokens")
+                f"passkey {self.found}/{len(self.trials)} found at {format_count(length)} tokens")
 
 
 def run_cell_bench(

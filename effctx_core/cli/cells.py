@@ -8,6 +8,7 @@ import json
 
 from effctx_core.cli.options import add_runtime_options, model_from_args, profile_from_args, stdout_console
 from effctx_core.contract import Capability
+from effctx_core.units import format_count, format_rate
 
 
 def add_parser(sub) -> None:
@@ -34,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     table = Table(title=f"cells for {path.name} on this machine", title_justify="left")
     for column in ("backend", "profile", "K/V", "policy", "shift", "exact", "status", "context",
-                   "prefill tok/s", "decode tok/s", "why"):
-        table.add_column(column, justify="right" if "tok/s" in column else "left")
+                   "prefill", "decode", "why"):
+        table.add_column(column, justify="right" if column in ("context", "prefill", "decode") else "left")
     for row in matrix.rows:
         c, p = row.cell, row.cell.profile_record
         caps = c.info.capabilities if c.info else None
@@ -43,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(c.backend, c.profile, f"{p.kv_cache_type_k}/{p.kv_cache_type_v}" if p else "-",
                       p.residency.policy if p else "-", _yes(caps.position_shift) if caps else "-",
                       _yes(caps.exact_snapshot) if caps else "-", row.status,
-                      str(row.certified_tokens) if row.certified_tokens else "-",
-                      f"{figures['prefill_tps']:.0f}" if figures else "-",
-                      f"{figures['decode_tps']:.1f}" if figures else "-", row.note)
+                      format_count(row.certified_tokens) if row.certified_tokens else "-",
+                      *((format_rate(figures[f"{stage}_tps"]) if figures else None) or "-" for stage in ("prefill", "decode")),
+                      row.note)
     console = stdout_console()
     console.print(table)
     for line in matrix.damaged:

@@ -10,6 +10,7 @@ from effctx_core.cli.profiles import profile_dict
 from effctx_core.contract import ModelInfo
 from effctx_core.profiles import Profile
 from effctx_core.transcript import chat_format_report
+from effctx_core.units import format_bytes
 
 
 def add_parser(sub) -> None:
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return 0
     m = data["model"]
-    print(f"model        {m['name']} ({m['architecture']}), {m['file_bytes'] / 2**20:.1f} MiB")
+    print(f"model        {m['name']} ({m['architecture']}), {format_bytes(m['file_bytes'])}")
     print(f"path         {m['path']}")
     print(f"sha256       {m['sha256']}")
     print(f"layers       {m['n_layers']}, heads {m['n_head']}, KV heads {m['n_head_kv']}, "

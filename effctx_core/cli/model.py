@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from effctx_core.cli.options import stderr_progress
+from effctx_core.units import format_bytes, format_ms
 
 
 def add_parser(sub) -> None:
@@ -41,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"effctx: {cached.problem}: converting it again", file=sys.stderr, flush=True)
         converted = convert_gguf(source, args.weights, progress=stderr_progress(), reuse=False)
         m = converted.manifest
-        print(f"converted to OpenVINO IR ({args.weights}, {m['weight_bytes'] / 2**20:.0f} MiB of weights, "
-              f"{m['seconds']:.0f} s): {converted.path}")
+        print(f"converted to OpenVINO IR ({args.weights}, {format_bytes(m['weight_bytes'])} of weights, "
+              f"{format_ms(m['seconds'] * 1000)}): {converted.path}")
         return 0
     path = prepare_default_model(progress=stderr_progress())
     print(f"default model ready: {path}")

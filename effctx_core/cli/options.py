@@ -17,6 +17,7 @@ from effctx_core.contract import DecodeConfig
 from effctx_core.errors import EffctxError
 from effctx_core.profiles import DEFAULT_PROFILE_NAME, Profile, default_threads
 from effctx_core.snapshots.tree_file import check_name
+from effctx_core.units import format_bytes, format_count
 from effctx_core.user_files import folder_problem, read_input_text, refuse_same_file
 
 EXIT_BAD_INPUT = 2
@@ -24,7 +25,6 @@ EXIT_BAD_INPUT = 2
 # holds (32,768 for the embedded Gemma): a bigger file is a mistake (a log, a dump) that
 # would fail only at the prefill, after a long tokenization.
 PROMPT_FILE_LIMIT = 1 << 20
-
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -295,9 +295,11 @@ def stderr_progress():
         pct = int(done * 100 / total) if total else 100
         if tty:
             end = "\n" if done >= total else ""
-            # byte counts (a model file) in MiB; step counts (tensors) as they are
-            amount = f"{done >> 20} of {total >> 20} MiB" if total >= 1 << 20 else f"{done} of {total}"
-            print(f"\r{stage}: {pct:3d}% ({amount})", end=end, file=sys.stderr, flush=True)
+            # byte counts (a model file) as sizes; step counts (tensors) as counts
+            amount = (f"{format_bytes(done)} of {format_bytes(total)}" if total >= 1 << 20
+                      else f"{format_count(done)} of {format_count(total)}")
+            # erased to the end of the line: a size can come out shorter than the last (2 MiB after 1.99 MiB)
+            print(f"\r{stage}: {pct:3d}% ({amount})\x1b[K", end=end, file=sys.stderr, flush=True)
             return
         step = pct // 25
         if stage != last["stage"] or step != last["step"]:

@@ -17,7 +17,7 @@ from effctx_core.cli.options import (
     read_prompt_file,
     warn,
 )
-from effctx_core.units import format_bytes, format_ms, format_rate
+from effctx_core.units import format_bytes, turn_speeds
 
 
 def add_parser(sub) -> None:
@@ -94,12 +94,10 @@ def run(args: argparse.Namespace) -> int:
         return _trace_outcome(engine)
     print(result.text)
     cache = f"prefix cache {data['cache']}; " if loaded is not None else ""
-    # a rate only where it was measured: a run that prefilled or decoded nothing has none
-    rates = [f"{stage} {rate}" for stage, tps in (("prefill", prefill_tps), ("decode", result.decode_tps))
-             if (rate := format_rate(tps)) is not None]
+    speeds = turn_speeds(result.generated, ttft_ms, prefill_tps, result.decode_tps)
     print(
         f"-- {cache}{prefilled:,} prefilled, {reused:,} reused, {result.generated:,} generated "
-        f"({result.stop_reason}); " + ", ".join([f"TTFT {format_ms(ttft_ms)}", *rates]),
+        f"({result.stop_reason}); " + ", ".join(f"{name} {figure}" for name, figure in speeds),
         file=sys.stderr,
     )
     return _trace_outcome(engine)

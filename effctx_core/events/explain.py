@@ -8,7 +8,7 @@ from typing import Protocol
 
 from effctx_core.contract import PrefixCause
 from effctx_core.events.trace import NodeRestored, PrefixCacheLookup, PrefixChecked
-from effctx_core.units import format_ms
+from effctx_core.units import format_count, format_counted, format_ms
 
 # Why a turn computed what it computed; the first that applies wins (see `turn_cause`).
 ROLLBACK_LIMIT = "rollback limit"
@@ -55,51 +55,61 @@ def turn_cause(r: TurnFacts) -> tuple[str, str]:
     check = r.check
     assert check is not None
     new = r.computed - check.prefilled  # the input; `computed` includes the re-prefilled tape
-    tail = f"{r.reused:,} reused, {r.computed:,} computed"
+    count = format_count
+    tail = f"{count(r.reused)} reused, {count(r.computed)} computed"
     at = r.diverged_at if r.diverged_at is not None else check.reused
     if check.cause == PrefixCause.ROLLBACK_LIMIT.value:
         floor = check.rollback_floor
-        earliest = f" (the earliest cut is token {floor:,})" if floor is not None else ""
+        earliest = f" (the earliest cut is token {count(floor)})" if floor is not None else ""
         return ROLLBACK_LIMIT, (
-            f"diverged at token {at:,}, before the cache can be cut back{earliest}: "
-            f"{check.dropped:,} dropped and the whole tape re-prefilled; {tail}"
+            f"diverged at token {count(at)}, before the cache can be cut back{earliest}: "
+            f"{count(check.dropped)} dropped and the whole tape re-prefilled; {tail}"
         )
     if check.dropped and r.prefix_tokens == 0:
-        return NEW_CONVERSATION, f"the {check.dropped:,} resident tokens were dropped; {r.computed:,} computed"
+        were = "was" if check.dropped == 1 else "were"
+        return NEW_CONVERSATION, (
+            f"the {format_counted(check.dropped, 'resident token')} {were} dropped; {count(r.computed)} computed")
     if check.dropped and check.reused < r.prefix_tokens:
         return EDIT, (
-            f"the prompt diverged from the resident tape at token {at:,}: {check.dropped:,} dropped, "
-            f"{check.prefilled:,} earlier tokens re-prefilled and {new:,} new computed; {r.reused:,} reused"
+            f"the prompt diverged from the resident tape at token {count(at)}: {count(check.dropped)} dropped, "
+            f"{format_counted(check.prefilled, 'earlier token')} re-prefilled and {count(new)} new computed; "
+            f"{count(r.reused)} reused"
         )
     if check.dropped:
         return TAIL_DROPPED, (
-            f"the cache held {check.dropped:,} tokens past the tape (a stop text or the end of a stopped reply), "
-            f"dropped; {tail}"
+            f"the cache held {format_counted(check.dropped, 'token')} past the tape (a stop text or the end of a "
+            f"stopped reply), dropped; {tail}"
         )
     if r.restore is not None:
         x = r.restore
         return RESTORED, (
-            f"node {x.node} was restored before this turn ({x.mode}, {x.recomputed:,} of {x.tokens:,} tokens "
-            f"recomputed in {x.ms:,.1f} ms: {x.reason}); then {tail}"
+            f"node {x.node} was restored before this turn ({x.mode}, {count(x.recomputed)} of "
+            f"{format_counted(x.tokens, 'token')} recomputed in {format_ms(x.ms)}: {x.reason}); then {tail}"
         )
     if check.prefilled:
         return CACHE_BEHIND, (
-            f"the cache held {check.reused:,} of the {r.prefix_tokens:,} tape tokens: {check.prefilled:,} re-prefilled "
-            f"and {new:,} new computed"
+            f"the cache held {count(check.reused)} of the {format_counted(r.prefix_tokens, 'tape token')}: "
+            f"{count(check.prefilled)} re-prefilled and {count(new)} new computed"
         )
     if r.cache_lookup is not None:
         c = r.cache_lookup
         how = {"hit": "restored from the prefix cache", "miss": "prefilled and stored", "off": "prefilled, no cache",
                "recompute": "prefilled: a restore costs more than a prefill on this cell",
-               "partial": f"restored from the prefix cache up to token {c.restored:,}, the rest prefilled and stored"}
+               "partial": f"restored from the prefix cache up to token {count(c.restored)}, the rest prefilled and stored"}
         note = f" ({c.message})" if c.message else ""
         return f"{PREFIX_CACHE} {c.result}", (
-            f"the stable prefix of {c.tokens:,} tokens was {how.get(c.result, c.result)} in {c.ms:,.1f} ms{note}; "
-            f"then {tail}"
+            f"the stable prefix of {format_counted(c.tokens, 'token')} was {how.get(c.result, c.result)} in "
+            f"{format_ms(c.ms)}{note}; then {tail}"
         )
     if r.prefix_tokens == 0:
-        return FIRST_TURN, f"nothing was resident: all {r.computed:,} tokens computed"
-    return EXTENDS, f"all {r.reused:,} resident tokens reused; only the {new:,} new tokens computed"
+        return FIRST_TURN, f"nothing was resident: {_all(r.computed, 'token')} computed"
+    return EXTENDS, (f"{_all(r.reused, 'resident token')} reused; "
+                     f"only the {format_counted(new, 'new token')} computed")
+
+
+def _all(n: int, noun: str) -> str:
+    """'all 13 tokens', but '1 token': "all" of one reads as a slip."""
+    return format_counted(n, noun) if n == 1 else f"all {format_counted(n, noun)}"
 
 
 # Why a swap recomputed: the first of these runtime-identity fields that differs (a name,
@@ -146,7 +156,7 @@ class SwapFacts(Protocol):
 def swap_sentence(swap: SwapFacts) -> str:
     """A swap in one line: why, and what it cost; the identity fields behind it are its
     details, for who asks."""
-    how = "state carried over" if swap.mode == "exact" else f"recomputed {swap.recomputed:,} tokens"
+    how = "state carried over" if swap.mode == "exact" else f"recomputed {format_counted(swap.recomputed, 'token')}"
     return f"now on {swap.new_profile}: {how} in {format_ms(swap.ms)} ({swap.reason})"
 
 

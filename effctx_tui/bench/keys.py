@@ -19,7 +19,7 @@ import time
 
 from effctx_core.cli.options import OneLineParser
 from effctx_core.errors import EffctxError
-from effctx_core.units import ms_between
+from effctx_core.units import format_count, format_counted, format_ms, ms_between
 from effctx_tui.bench.command import bench_command
 
 KEYS = "abcdefghijklmnopqrstuvwxyz0123"
@@ -119,14 +119,15 @@ def _run_checked(opts) -> dict:
 def _table(result: dict) -> list[str]:
     keys = result["keys"]
     lines = [
-        f"prefill: {result['prompt_tokens_prefilled']} tokens in {result['prefill_ms'] / 1000:.1f} s "
-        f"(n_ctx {result['n_ctx']}, {result['threads']} threads; whole turn {result['turn_ms'] / 1000:.1f} s)",
-        f"keys: {result['keys_sent']} sent {SPACING_S * 1000:.0f} ms apart, "
+        f"prefill: {format_counted(result['prompt_tokens_prefilled'], 'token')} in {format_ms(result['prefill_ms'])} "
+        f"(n_ctx {format_count(result['n_ctx'])}, {result['threads']} threads; "
+        f"whole turn {format_ms(result['turn_ms'])})",
+        f"keys: {result['keys_sent']} sent {format_ms(SPACING_S * 1000)} apart, "
         f"{result['keys_sent_during_prefill']} of them while the turn ran, {result['keys_never_shown']} never shown",
     ]
     if keys:
-        lines.append(f"key -> on screen: median {keys['median_ms']:.1f} ms   p95 {keys['p95_ms']:.1f} ms   "
-                     f"max {keys['max_ms']:.1f} ms   (target < 100 ms)")
+        lines.append(f"key -> on screen: median {format_ms(keys['median_ms'])}   p95 {format_ms(keys['p95_ms'])}   "
+                     f"max {format_ms(keys['max_ms'])}   (target < 100 ms)")
     return lines
 
 

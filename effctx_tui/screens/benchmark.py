@@ -12,8 +12,10 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.widgets import DataTable, Header, Label, ProgressBar, Static
 from textual_plotext import PlotextPlot
 
@@ -25,15 +27,22 @@ from effctx_core.bench.workloads import load_workload
 from effctx_core.cancel import CancelToken
 from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.profiles import Profile
+from effctx_core.units import format_count, format_ms, format_rate
+from effctx_tui.themes import rich_style
 from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.lists import ListTable
 
 # Each title fits a 100-column screen; what its figures mean is in the note above them.
-THROUGHPUT_TITLE = "Throughput (median tok/s of the rounds)"
+THROUGHPUT_TITLE = "Throughput (median of the rounds)"
 
 
-def _number(value: float, places: int) -> Text:
-    return Text(f"{value:,.{places}f}", justify="right")
+def _figure(text: str | None) -> Text:
+    """A figure of the tables, right-aligned; one that was not measured is a dash."""
+    return Text(text or "-", justify="right")
+
+
+def _ratio(value: float) -> Text:
+    return _figure(f"{value:.3f}")
 
 
 def _workload_title(workload: str) -> str:
@@ -103,10 +112,11 @@ class BenchmarkScreen(Screen):
         # One short line each, so that a 100-column screen wraps none of them.
         yield Static(
             f"The running cell ({self.profile.name}) on sessions of its own; the conversation is not touched.\n"
-            f"r  throughput: a {p.prompt_tokens}-token prompt, {p.decode_tokens} decoded, {p.rounds} rounds, the engine\n"
+            f"r  throughput: a {format_count(p.prompt_tokens)}-token prompt, {format_count(p.decode_tokens)} decoded, "
+            f"{p.rounds} rounds, the engine\n"
             f"   against the backend's direct loop and the library's API (ratios: median of per-round ratios;\n"
-            f"   other load on the CPU moves them a few %); the passkey at {p.passkey_length(self.profile)} tokens, "
-            f"depths {', '.join(str(d) for d in p.depths)}\n"
+            f"   other load on the CPU moves them a few %); the passkey at {format_count(p.passkey_length(self.profile))} "
+            f"tokens, depths {', '.join(str(d) for d in p.depths)}\n"
             f"w  workload {self.workload}: each turn beside the library's own control, with the TTFT curve",
             id="bench-note",
         )
@@ -124,14 +134,16 @@ class BenchmarkScreen(Screen):
         yield EffctxFooter()
 
     def on_mount(self) -> None:
-        self.query_one("#bench-throughput", DataTable).add_columns("", "prefill tok/s", "decode tok/s")
-        self.query_one("#bench-quality", DataTable).add_columns("depth", "key", "answer", "verdict", "TTFT ms")
+        self.query_one("#bench-throughput", DataTable).add_columns("", "prefill", "decode")
+        self.query_one("#bench-quality", DataTable).add_columns("depth", "key", "answer", "verdict", "TTFT")
         self.query_one("#bench-turns", DataTable).add_columns(
             *(Text(name, justify="right" if justify == "right" else "left") for name, justify in TURN_COLUMNS))
         plt = self.query_one("#bench-curve", PlotextPlot).plt
         plt.title("time to first token against the tokens effctx computed in the turn")
         plt.xlabel("tokens computed")
         plt.ylabel("TTFT ms")
+        # The signal, not a watch on App.theme: it comes once the new theme's colours apply.
+        self.app.theme_changed_signal.subscribe(self, self._restyle)
 
     def action_run(self) -> None:
         if self._is_busy():
@@ -215,7 +227,7 @@ class BenchmarkScreen(Screen):
         self.query_one("#bench-progress-row").remove_class("-running")
         summary = self.query_one("#bench-summary", Static)
         if message.report is None:
-            summary.update(Text(message.error or "", style="" if message.cancelled else "red"))
+            summary.update(Content.styled(message.error or "", "" if message.cancelled else "$error"))
             return None
         return summary
 
@@ -226,16 +238,25 @@ class BenchmarkScreen(Screen):
         self.report = report = message.report
         t = report.throughput.to_dict()
         rows = self.query_one("#bench-throughput", DataTable)
-        rows.add_row("direct (raw loop)", _number(t["raw"]["prefill_tps"], 1), _number(t["raw"]["decode_tps"], 1))
-        rows.add_row("library API", _number(t["library"]["prefill_tps"], 1), _number(t["library"]["decode_tps"], 1))
-        rows.add_row("engine", _number(t["engine"]["prefill_tps"], 1), _number(t["engine"]["decode_tps"], 1))
-        rows.add_row("engine / direct", _number(t["prefill_ratio"], 3), _number(t["decode_ratio"], 3))
-        rows.add_row("engine / library", _number(t["library_prefill_ratio"], 3), _number(t["library_decode_ratio"], 3))
-        quality = self.query_one("#bench-quality", DataTable)
-        for trial in report.trials:
-            verdict = Text(trial.verdict, style="" if trial.correct else "bold red")
-            quality.add_row(f"{trial.depth:.2f}", trial.key, trial.answer[:40], verdict, _number(trial.ttft_ms, 0))
+        for name, key in (("direct (raw loop)", "raw"), ("library API", "library"), ("engine", "engine")):
+            rows.add_row(name, _figure(format_rate(t[key]["prefill_tps"])), _figure(format_rate(t[key]["decode_tps"])))
+        rows.add_row("engine / direct", _ratio(t["prefill_ratio"]), _ratio(t["decode_ratio"]))
+        rows.add_row("engine / library", _ratio(t["library_prefill_ratio"]), _ratio(t["library_decode_ratio"]))
+        self._show_quality(report)
         summary.update(report.summary())
+
+    def _show_quality(self, report: CellBenchReport) -> None:
+        quality = self.query_one("#bench-quality", DataTable)
+        quality.clear()
+        wrong = rich_style(quality, "$error bold")
+        for trial in report.trials:
+            verdict = Text(trial.verdict, style="" if trial.correct else wrong)
+            quality.add_row(f"{trial.depth:.2f}", trial.key, trial.answer[:40], verdict, _figure(format_ms(trial.ttft_ms)))
+
+    def _restyle(self, _theme: Theme) -> None:
+        # the table's cells hold the colours of the theme they were drawn in
+        if self.report is not None:
+            self._show_quality(self.report)
 
     def on_benchmark_screen_workload_finished(self, message: WorkloadFinished) -> None:
         summary = self._ended(message)

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from typing import Callable
 
+from rich.style import Style
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.widgets import DataTable, Header, ProgressBar, Static
 
 from effctx_core.backends.registry import spec
@@ -24,7 +28,9 @@ from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.events.explain import swap_sentence
 from effctx_core.events.subscribers import Unsubscribe
 from effctx_core.events.trace import PrefillChunk
+from effctx_core.units import format_count
 from effctx_tui.messages import EngineEvent, post_events
+from effctx_tui.themes import MUTED, rich_style
 from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.lists import ListTable
 
@@ -32,7 +38,12 @@ from effctx_tui.widgets.lists import ListTable
 # and scrolls the settings sideways (the detail below repeats every one of them).
 COLUMNS = ("profile", "backend", "certification", "verdict", "n_ctx", "K/V", "FA", "swa_full", "policy", "shift",
            "exact replay")
-_STANDING_STYLE = {CERTIFIED: "green", UNCERTIFIED: "yellow", FAILED: "red"}
+_STANDING_STYLE = {CERTIFIED: "$success", UNCERTIFIED: "$warning", FAILED: "$error"}
+
+
+def standing_style(row: MatrixRow) -> str:
+    """The Content style of a cell's standing; an unsupported cell's is secondary text."""
+    return _STANDING_STYLE.get(row.status, MUTED)
 
 
 def _yes_no(flag: bool) -> str:
@@ -51,18 +62,18 @@ def cell_settings(cell: Cell) -> dict[str, str]:
     }
 
 
-def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None) -> list[Text | str]:
+def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None, standing: Style) -> list[Text | str]:
+    """`standing`: the standing's style as the table draws it (rich_style of standing_style)."""
     cell = row.cell
     caps = cell.info.capabilities if cell.info else None
     name = Text(("● " if cell.profile == current else "  ") + cell.profile, style="bold" if cell.profile == current else "")
-    standing = Text(row.advertised, style=_STANDING_STYLE.get(row.status, "dim"))
     settings = cell_settings(cell)
     return [
         name,
         cell.backend,
-        standing,
+        Text(row.advertised, style=standing),
         verdict.verdict if verdict is not None else "-",
-        str(cell.info.n_ctx) if cell.info else "-",
+        format_count(cell.info.n_ctx) if cell.info else "-",
         settings["K/V"],
         settings["FA"],
         settings["swa_full"],
@@ -140,6 +151,8 @@ class CellsScreen(Screen):
         self.query_one(DataTable).add_columns(*COLUMNS)
         self._describe()
         self._unfollow = post_events(self, self._events)
+        # The signal, not a watch on App.theme: it comes once the new theme's colours apply.
+        self.app.theme_changed_signal.subscribe(self, self._restyle)
 
     def on_unmount(self) -> None:
         self._unfollow()
@@ -174,10 +187,18 @@ class CellsScreen(Screen):
         table.clear()
         current = self._current()
         for row in self.rows:
-            table.add_row(*cell_row(row, current, self.verdicts.get(row.cell.profile)))
+            table.add_row(*cell_row(row, current, self.verdicts.get(row.cell.profile),
+                                    rich_style(table, standing_style(row))))
         profiles = [c.profile for c in self.cells]
         table.move_cursor(row=profiles.index(current) if current in profiles else 0)
         table.focus()
+
+    def _restyle(self, _theme: Theme) -> None:
+        # the table's cells hold the colours of the theme they were drawn in
+        table = self.query_one(DataTable)
+        column = COLUMNS.index("certification")
+        for index, row in enumerate(self.rows):
+            table.update_cell_at(Coordinate(index, column), Text(row.advertised, style=rich_style(table, standing_style(row))))
 
     @on(DataTable.RowHighlighted)
     def _detail(self, event: DataTable.RowHighlighted) -> None:
@@ -188,38 +209,38 @@ class CellsScreen(Screen):
             self._asked = None
         self.query_one("#cells-detail", Static).update(self._describe_row(row))
 
-    def _describe_row(self, row: MatrixRow) -> Text:
+    def _describe_row(self, row: MatrixRow) -> Content:
         """What the cell is, standing and verdict first (a short terminal shows them
         without scrolling), then what runs it, its settings, limits and capabilities."""
+        # Content, not Rich Text: its styles name the theme's variables, read at each paint
         cell = row.cell
-        text = Text()
-        text.append(f"{cell.backend} · {cell.profile} · {cell.device} · {cell.model}\n", style="bold")
-        text.append(f"{row.advertised}: {row.note}\n", style=_STANDING_STYLE.get(row.status, "dim"))
+        lines: list[tuple[str, str]] = [
+            (f"{cell.backend} · {cell.profile} · {cell.device} · {cell.model}", "bold"),
+            (f"{row.advertised}: {row.note}", standing_style(row)),
+        ]
         verdict = self.verdicts.get(cell.profile)
         if verdict is not None:
-            text.append(f"verdict: {verdict.verdict}\n", style="bold")
-            text.append("".join(f"  {line}\n" for line in verdict.evidence), style="dim")
+            lines.append((f"verdict: {verdict.verdict}", "bold"))
+            lines += [(f"  {line}", MUTED) for line in verdict.evidence]
         elif self.verdict_note:
-            text.append(f"{self.verdict_note}\n", style="dim")
-        text.append(("runs: " if cell.runnable else "unsupported: ") + cell.reason + "\n")
+            lines.append((self.verdict_note, MUTED))
+        lines.append((("runs: " if cell.runnable else "unsupported: ") + cell.reason, ""))
         if cell.preparation:
-            text.append(f"first use: {cell.preparation}\n", style="yellow")
+            lines.append((f"first use: {cell.preparation}", "$warning"))
         if cell.info is not None:
             residency = cell.info.capabilities.residency_map
-            text.append(f"residency map: {residency.source} ({residency.reason})\n")
+            lines.append((f"residency map: {residency.source} ({residency.reason})", ""))
         settings = cell_settings(cell)
-        text.append(" · ".join(f"{name} {value}" for name, value in settings.items()) + "\n")
+        lines.append((" · ".join(f"{name} {value}" for name, value in settings.items()), ""))
         if cell.info is not None:
-            for lim in cell.info.limits:
-                text.append(f"limit {lim.name}: {lim.tokens} tokens — {lim.reason}\n")
+            lines += [(f"limit {lim.name}: {format_count(lim.tokens)} tokens — {lim.reason}", "")
+                      for lim in cell.info.limits]
             caps = cell.info.capabilities
-            for key, cap in caps.flags().items():
-                text.append(f"{key}: {'yes' if cap.supported else 'no'} — {cap.reason}\n", style="dim")
-            text.append(f"rollback: {caps.safe_rollback}\n", style="dim")
-            for key, note in caps.notes.items():
-                text.append(f"{key}: {note}\n", style="dim")
-        text.rstrip()
-        return text
+            lines += [(f"{key}: {'yes' if cap.supported else 'no'} — {cap.reason}", MUTED)
+                      for key, cap in caps.flags().items()]
+            lines.append((f"rollback: {caps.safe_rollback}", MUTED))
+            lines += [(f"{key}: {note}", MUTED) for key, note in caps.notes.items()]
+        return Content("\n").join(Content.styled(text, style) for text, style in lines)
 
     @on(DataTable.RowSelected)
     def _selected(self, event: DataTable.RowSelected) -> None:

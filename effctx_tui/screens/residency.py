@@ -11,12 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import Screen
+from textual.style import Style
 from textual.theme import Theme
 from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
@@ -52,16 +53,15 @@ def legend_counts(report: ResidencyReport) -> list[tuple[BlockClass, int]]:
     ]
 
 
-def legend_summary(report: ResidencyReport) -> Text:
-    text = Text(f"{report.n_tokens:,} tokens · resident {report.resident_tokens:,}")
-    if report.budget is not None:
-        text.append(f" / budget {report.budget:,}")
-        if report.over_budget:
-            text.append(" (over budget)", style="bold red")
-    text.append(f" · policy {report.policy} · ")
-    # observed vs modeled is the trust level of every number on this screen
-    text.append(report.source, style="bold")
-    return text
+def legend_summary(report: ResidencyReport) -> Content:
+    budget = "" if report.budget is None else f" / budget {report.budget:,}"
+    return Content.assemble(
+        f"{report.n_tokens:,} tokens · resident {report.resident_tokens:,}{budget}",
+        (" (over budget)", "bold $error") if report.budget is not None and report.over_budget else "",
+        f" · policy {report.policy} · ",
+        # observed vs modeled is the trust level of every number on this screen
+        (report.source, "bold"),
+    )
 
 
 def range_label(start: int, end: int) -> str:
@@ -216,16 +216,13 @@ class ResidencyScreen(Screen):
         legend = self._legend(self.query_one(ResidencyView), self._report)
         self.query_one("#residency-legend", Static).update(legend)
 
-    def _legend(self, view: ResidencyView, report: ResidencyReport) -> Text:
-        text = Text()
-        for cls, tokens in legend_counts(report):
-            if text:
-                text.append("   ")
-            # the swatch is the view's own component style, so a restyled theme shows here too
-            text.append("  ", style=view.get_component_rich_style(f"residency-view--{cls.label}"))
-            text.append(f" {cls.label} {tokens:,}")
-        text.append("\n")
-        return text + legend_summary(report)
+    def _legend(self, view: ResidencyView, report: ResidencyReport) -> Content:
+        # the swatch is the view's own component style, so a restyled theme shows here too
+        swatches = [Content.assemble(
+            ("  ", Style.from_rich_style(view.get_component_rich_style(f"residency-view--{cls.label}"))),
+            f" {cls.label} {tokens:,}",
+        ) for cls, tokens in legend_counts(report)]
+        return Content.assemble(Content("   ").join(swatches), "\n", legend_summary(report))
 
     def _show_evicted(self, report: ResidencyReport) -> None:
         ranges = report.evicted_ranges

@@ -35,6 +35,7 @@ from effctx_core.events.trace import (
     TurnStarted,
 )
 from effctx_core.residency.policies import keeps_budget
+from effctx_core.units import format_count, format_counted, format_ms
 from effctx_tui.messages import EngineEvent, EngineFailed, EngineLoading, EngineReady, TurnDone
 from effctx_tui.replay_controls import ReplayControls
 from effctx_tui.screens.benchmark import BenchmarkScreen
@@ -70,13 +71,14 @@ def base_model_note(model: str) -> str:
 
 def prefix_note(name: str, event: PrefixCacheLookup) -> str:
     """What became of a stable prefix, as the transcript's first line."""
+    tokens, ms = format_counted(event.tokens, "token"), format_ms(event.ms)
     if event.result == "hit":
-        return f"{name}: {event.tokens:,} tokens restored from the prefix cache in {event.ms:,.0f} ms"
+        return f"{name}: {tokens} restored from the prefix cache in {ms}"
     if event.result == "partial":
-        how = (f"{name}: {event.restored:,} of {event.tokens:,} tokens restored from the prefix cache, "
-               f"{event.tokens - event.restored:,} prefilled, in {event.ms:,.0f} ms")
+        how = (f"{name}: {format_count(event.restored)} of {tokens} restored from the prefix cache, "
+               f"{format_count(event.tokens - event.restored)} prefilled, in {ms}")
     else:
-        how = f"{name}: {event.tokens:,} tokens prefilled in {event.ms:,.0f} ms"
+        how = f"{name}: {tokens} prefilled in {ms}"
     if event.result == "off":
         return f"{how} (prefix cache off)"
     return f"{how}, stored in the prefix cache" if event.key else f"{how}, not stored in the prefix cache"

@@ -10,10 +10,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from effctx_core.snapshots.tree import SnapshotTree, TreeDiff
+from effctx_tui.themes import MUTED
 
 Detokenize = Callable[[Sequence[int]], str]
 
@@ -129,7 +131,7 @@ class DiffScreen(ModalScreen[None]):
         self.query_one("#diff-shared", Static).update(shared)
         for side, tail, text in (("a", d.tail_a, r.text_a), ("b", d.tail_b, r.text_b)):
             self.query_one(f"#diff-text-{side}", Static).update(
-                Text(shown(tail, text)) if tail else Text("(nothing: the tape ends here)", style="dim"))
+                Text(shown(tail, text)) if tail else Content.styled("(nothing: the tape ends here)", MUTED))
 
     def action_toggle_ids(self) -> None:
         self.show_ids = not self.show_ids

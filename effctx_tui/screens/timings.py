@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.widgets import Header, Static
 
 from effctx_core.events.timeline import Explanation, Timeline
 from effctx_core.units import format_ms, format_rate
+from effctx_tui.themes import rich_style
 from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.timing_charts import CHARTS, REUSED
 
@@ -51,7 +54,8 @@ def _quoted(text: str) -> str:
     return repr(text) if text else "nothing"
 
 
-def explanation_row(e: Explanation, ttft_ms: float | None) -> list[Text | str]:
+def explanation_row(e: Explanation, ttft_ms: float | None, reused: Style) -> list[Text | str]:
+    """`reused`: the style of the reused count, the charts' colour of reuse as the table draws it."""
     why = Text(e.detail)
     if e.divergence is not None:
         d = e.divergence
@@ -59,7 +63,7 @@ def explanation_row(e: Explanation, ttft_ms: float | None) -> list[Text | str]:
                    style="italic")
     return [
         str(e.turn),
-        Text(f"{e.reused:,}", style=REUSED),
+        Text(f"{e.reused:,}", style=reused),
         f"{e.computed:,}",
         f"{e.dropped:,}",
         f"{e.evicted:,}",
@@ -69,14 +73,14 @@ def explanation_row(e: Explanation, ttft_ms: float | None) -> list[Text | str]:
     ]
 
 
-def explanation_table(timeline: Timeline) -> Table:
+def explanation_table(timeline: Timeline, reused: Style) -> Table:
     table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
     for name in ("turn", "reused", "computed", "dropped", "evicted", "TTFT"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("cause", no_wrap=True)
     table.add_column("why", ratio=1)
     for e in timeline.explanations():
-        table.add_row(*explanation_row(e, timeline.turns[e.turn].ttft_ms))
+        table.add_row(*explanation_row(e, timeline.turns[e.turn].ttft_ms, reused))
     return table
 
 
@@ -90,9 +94,9 @@ def summary(timeline: Timeline) -> Text:
     text.append(f"reused {reused:,} · computed {computed:,}")
     if reused + computed:
         text.append(f" ({reused / (reused + computed):.0%} reused)")
-    if timed:
-        tokens, ms = sum(c.tokens for c in timed), sum(c.ms for c in timed)
-        text.append(f"\nprefill {format_rate(tokens / (ms / 1000))} over {tokens:,} tokens")
+    tokens, ms = sum(c.tokens for c in timed), sum(c.ms for c in timed)
+    if ms and (rate := format_rate(tokens / (ms / 1000))):
+        text.append(f"\nprefill {rate} over {tokens:,} tokens")
     if gaps:
         text.append(f"\ndecode {format_ms(sum(g.gap_ms for g in gaps) / len(gaps))} per token (mean gap)")
     if timeline.resident:
@@ -147,6 +151,12 @@ class TimingsScreen(Screen):
         self.query_one("#timings-summary").border_title = "Session"
         self.redraw()
         self.set_interval(REFRESH_SECONDS, self._poll)
+        # The signal, not a watch on App.theme: it comes once the new theme's colours apply.
+        self.app.theme_changed_signal.subscribe(self, self._restyle)
+
+    def _restyle(self, _theme: Theme) -> None:
+        # the charts and the table hold the colours of the theme they were drawn in
+        self.redraw()
 
     def _poll(self) -> None:
         if self.timeline.version != self._drawn:
@@ -157,7 +167,8 @@ class TimingsScreen(Screen):
         for chart in CHARTS:
             self.query_one(chart).draw(self.timeline)
         self.query_one("#timings-summary", Static).update(summary(self.timeline))
-        self.query_one("#timings-table", Static).update(explanation_table(self.timeline))
+        table = self.query_one("#timings-table", Static)
+        table.update(explanation_table(self.timeline, rich_style(table, f"${REUSED}")))
         self.sub_title = f"{len(self.timeline.turns)} turns"
 
     def action_back(self) -> None:

@@ -10,8 +10,16 @@ from textual.widgets import Static
 
 from effctx_core.engine import NodeRestore
 from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.units import format_count, format_counted, turn_speeds
 from effctx_tui.themes import MUTED
 from effctx_tui.widgets.snapshot_tree import restore_summary, state_size
+
+
+def turn_figures(m: Mapping[str, float]) -> list[str]:
+    """A node's turn metrics (engine/turns.py writes them), only those that were measured."""
+    counts = [f"{name} {format_count(m.get(name, 0))}" for name in ("reused", "prefilled", "generated")]
+    speeds = turn_speeds(int(m.get("generated", 0)), m.get("ttft_ms", 0), m.get("prefill_tps", 0), m.get("decode_tps", 0))
+    return counts + [f"{name} {figure}" for name, figure in speeds]
 
 
 def node_details(tree: SnapshotTree, node_id: str, restore: NodeRestore | None,
@@ -23,9 +31,9 @@ def node_details(tree: SnapshotTree, node_id: str, restore: NodeRestore | None,
     text = Content.styled(node.label or node.id, "bold")
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(node.created))
     text = text.append_text(f"  {node.id} · {node.kind} · created {created}\n", MUTED)
-    text = text.append_text(f"tape {tokens:,} tokens")
+    text = text.append_text(f"tape {format_counted(tokens, 'token')}")
     if node.parent is not None:
-        text = text.append_text(f": {shared:,} shared with {node.parent}, {tokens - shared:,} own")
+        text = text.append_text(f": {format_count(shared)} shared with {node.parent}, {format_count(tokens - shared)} own")
     if node.blob is None:
         text = text.append_text(" · no saved state (a restore recomputes it)")
     else:
@@ -33,12 +41,8 @@ def node_details(tree: SnapshotTree, node_id: str, restore: NodeRestore | None,
         text = text.append_text(f" · state {state_size(node)}" if gone is None
                                 else f" · saved state {gone} (a restore recomputes it)")
         text = text.append_text(f" · blob {node.blob[:10]}", MUTED)
-    m = node.metrics or {}
-    if m:
-        text = text.append_text(
-            f"\nreused {m.get('reused', 0):,} · prefilled {m.get('prefilled', 0):,}"
-            f" · generated {m.get('generated', 0):,} · TTFT {m.get('ttft_ms', 0):.0f} ms"
-            f" · prefill {m.get('prefill_tps', 0):.0f} tok/s · decode {m.get('decode_tps', 0):.1f} tok/s")
+    if node.metrics:
+        text = text.append_text("\n" + " · ".join(turn_figures(node.metrics)))
     if restore is not None:
         text = text.append_text(f"\nlast restore: {restore_summary(restore)} ")
         text = text.append_text(f"({restore.reason})", MUTED)

@@ -15,6 +15,7 @@ from textual.widgets.tree import TreeNode
 
 from effctx_core.engine import NodeRestore
 from effctx_core.snapshots.tree import Node, SnapshotTree
+from effctx_core.units import format_bytes, format_count, format_counted, format_ms
 from effctx_tui.widgets.lists import ListTree
 
 # Markers go before the label so that a long line scrolled off the right still shows them.
@@ -25,21 +26,10 @@ MARKED_MARK = "◆ "
 MIN_LABEL = 12
 
 
-def human_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
-def _ms(ms: float) -> str:
-    return f"{ms:.1f} ms" if ms < 10 else f"{ms:,.0f} ms"
-
-
 def restore_summary(restore: NodeRestore) -> str:
     """'exact in 3.8 ms' or 'recompute 22 tokens in 150 ms'."""
-    how = "exact" if restore.mode == "exact" else f"recompute {restore.recomputed:,} tokens"
-    return f"{how} in {_ms(restore.ms)}"
+    how = "exact" if restore.mode == "exact" else f"recompute {format_counted(restore.recomputed, 'token')}"
+    return f"{how} in {format_ms(restore.ms)}"
 
 
 def state_size(node: Node, missing: Mapping[str, str] = {}) -> str:
@@ -49,7 +39,7 @@ def state_size(node: Node, missing: Mapping[str, str] = {}) -> str:
         return "no state"
     if node.blob in missing:
         return f"state {missing[node.blob]}"
-    return human_bytes(int((node.metrics or {}).get("bytes", 0)))
+    return format_bytes(int((node.metrics or {}).get("bytes", 0)))
 
 
 def shortened(label: str, room: int) -> str:
@@ -79,9 +69,9 @@ def node_label(
         marks.append(CURRENT_MARK, style=styles.get("current", ""))
     if marked:
         marks.append(MARKED_MARK, style=styles.get("marked", ""))
-    facts = [node.kind, f"{tree.tape_length(node.id):,} tokens", state_size(node, missing)]
+    facts = [node.kind, format_counted(tree.tape_length(node.id), "token"), state_size(node, missing)]
     if node.parent is not None:
-        facts.append(f"{tree.shared_prefix(node.id):,} shared")
+        facts.append(f"{format_count(tree.shared_prefix(node.id))} shared")
     tail = Text("  " + " · ".join(facts), style=styles.get("facts", ""))
     if restoring:
         tail.append(" · restoring…", style=styles.get("restoring", ""))

@@ -6,7 +6,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from effctx_core.engine import TurnResult
-from effctx_core.units import format_ms, format_rate
+from effctx_core.units import format_count, turn_speeds
 from effctx_tui.themes import MUTED
 
 
@@ -24,28 +24,26 @@ class StatusLine(Static):
         self.update(Content.assemble(
             self._residency(done.resident, done.n_ctx),
             "  │  last turn: ",
-            (f"reused {done.reused}", "bold $text-success"),
+            (f"reused {format_count(done.reused)}", "bold $text-success"),
             " · ",
-            (f"prefilled {done.prefilled}", "bold $text-warning"),
-            (f" · dropped {done.dropped}", "bold $text-error") if done.dropped else "",
-            f" · generated {done.generated}\n",
+            (f"prefilled {format_count(done.prefilled)}", "bold $text-warning"),
+            (f" · dropped {format_count(done.dropped)}", "bold $text-error") if done.dropped else "",
+            f" · generated {format_count(done.generated)}\n",
             *self._speeds(done),
             (cause, MUTED),
         ))
 
     @staticmethod
-    def _speeds(done: TurnResult) -> list[str | tuple[str, str]]:
-        """Only what was measured: no TTFT and no decode rate for a turn that generated
-        nothing (one cancelled in its prefill), no rate where no time was taken."""
-        parts: list[str | tuple[str, str]] = [(f"TTFT {format_ms(done.ttft_ms)}", "bold")] if done.generated else []
-        rates = (("prefill", format_rate(done.prefill_tps)),
-                 ("decode", format_rate(done.decode_tps) if done.generated else None))
-        parts += [f"{name} {rate}" for name, rate in rates if rate is not None]
-        return [piece for part in parts for piece in (part, " · ")]
+    def _speeds(done: TurnResult) -> list[tuple[str, str]]:
+        """Only what was measured (turn_speeds), each followed by a separator."""
+        speeds = turn_speeds(done.generated, done.ttft_ms, done.prefill_tps, done.decode_tps)
+        parts = [(f"{name} {figure}", "bold" if name == "TTFT" else "") for name, figure in speeds]
+        return [piece for part in parts for piece in (part, (" · ", ""))]
 
     def show_busy(self, what: str, resident: int, n_ctx: int) -> None:
         self.update(self._residency(resident, n_ctx) + Content.styled(f"  │  {what}", "italic"))
 
     @staticmethod
     def _residency(resident: int, n_ctx: int) -> Content:
-        return Content.assemble((f"resident {resident}", "bold"), f" / {n_ctx} · available {n_ctx - resident}")
+        return Content.assemble((f"resident {format_count(resident)}", "bold"),
+                                f" / {format_count(n_ctx)} · available {format_count(n_ctx - resident)}")

@@ -11,13 +11,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from textual.app import RenderResult
+from textual.color import Color
 from textual_plotext import PlotextPlot
 
 from effctx_core.events.timeline import Timeline
 from effctx_core.units import format_count
 
-# The same colour for the same meaning on every chart.
-INPUT, RECOMPUTED, REUSED, LINE = "orange", "red", "green", "cyan"
+# The same colour for the same meaning on every chart: the theme's variable, as the
+# console's text uses it (reused is $success in the timings table and the status line).
+INPUT, RECOMPUTED, REUSED, LINE = "warning", "error", "success", "primary"
 
 # The same look for the same kind of series on every chart: plotext's call and options.
 KINDS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -32,7 +34,7 @@ class Series:
     kind: Literal["dots", "bars", "line"]
     x: list[float]
     y: list[float]
-    colour: str
+    colour: str  # a theme variable's name
     label: str | None = None
 
 
@@ -107,9 +109,10 @@ class TimingChart(PlotextPlot):
         plt.title(f"{title} ({y.scale(top)[0]})" + ("" if shown else " · no data yet"))
         xs = [v for s in shown for v in s.x]
         plt.xlabel(x.label(max(xs, default=0.0)))
+        theme = self.app.theme_variables
         for s in shown:
             method, options = KINDS[s.kind]
-            getattr(plt, method)(s.x, s.y, color=s.colour, label=s.label, **options)
+            getattr(plt, method)(s.x, s.y, color=Color.parse(theme[s.colour]).rgb, label=s.label, **options)
         self._axes = (x, min(xs), max(xs), y, top) if shown else None
         if shown:
             plt.ylim(0, top)

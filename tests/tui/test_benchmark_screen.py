@@ -3,6 +3,7 @@ turns beside the library's control with the TTFT curve, progress, and Esc cancel
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,9 @@ async def test_a_run_fills_throughput_and_passkey_quality_side_by_side(default_m
         throughput = cells(bench.query_one("#bench-throughput", DataTable))
         assert [row[0] for row in throughput] == ["direct (raw loop)", "library API", "engine",
                                                 "engine / direct", "engine / library"]
-        assert all(float(v.replace(",", "")) > 0 for row in throughput for v in row[1:])
+        rates, ratios = throughput[:3], throughput[3:]
+        assert all(re.fullmatch(r"[\d,.]+ tok/s", v) for row in rates for v in row[1:])
+        assert all(float(v) > 0 for row in ratios for v in row[1:])
         ((depth, key, answer, verdict, _),) = cells(bench.query_one("#bench-quality", DataTable))
         assert (depth, verdict) == ("0.50", "found") and key in answer
         summary = str(bench.query_one("#bench-summary", Static).render())
@@ -200,13 +203,13 @@ async def test_at_100_columns_the_note_and_the_titles_are_whole_lines():
             "The running cell (exact) on sessions of its own; the conversation is not touched.",
             "r  throughput: a 512-token prompt, 64 decoded, 4 rounds, the engine",
             "   against the backend's direct loop and the library's API (ratios: median of per-round ratios;",
-            "   other load on the CPU moves them a few %); the passkey at 1024 tokens, depths 0.1, 0.5, 0.9",
+            "   other load on the CPU moves them a few %); the passkey at 1,024 tokens, depths 0.1, 0.5, 0.9",
             "w  workload agent-loop: each turn beside the library's own control, with the TTFT curve",
         ]
         assert note.size.height == 5  # none of them wraps
         titles = list(app.screen.query(".bench-title").results(Label))
         assert [str(t.render()) for t in titles] == [
-            "Throughput (median tok/s of the rounds)", "Answer quality (passkey)",
+            "Throughput (median of the rounds)", "Answer quality (passkey)",
             "Workload agent-loop: each turn, effctx beside the library's control (ctl), in ms"]
         # each on one line (below the padding's) within the screen, in either part
         one_line = lambda t: t.region.right <= 100 and t.region.height == 2  # noqa: E731

@@ -22,3 +22,8 @@ def test_a_partial_hit_says_how_many_were_restored_and_how_many_prefilled():
 
 def test_a_miss_says_the_prefix_was_prefilled_and_stored():
     assert prefix_note("doc.txt", lookup("miss", 0)) == "doc.txt: 2,400 tokens prefilled in 42 ms, stored in the prefix cache"
+
+
+def test_one_token_is_singular_and_a_second_or_more_is_in_seconds():
+    event = PrefixCacheLookup(result="hit", tokens=1, ms=1_250.0, key="k", message="", restored=1, t_ms=0.0)
+    assert prefix_note("doc.txt", event) == "doc.txt: 1 token restored from the prefix cache in 1.25 s"

@@ -20,7 +20,7 @@ from effctx_tui.app import EffctxApp
 from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
 from effctx_tui.screens.snapshot_diff import SHARED_CONTEXT, DiffScreen, describe_diff
 from effctx_tui.screens.snapshots import SnapshotsScreen
-from effctx_tui.widgets.snapshot_details import SnapshotDetails
+from effctx_tui.widgets.snapshot_details import SnapshotDetails, node_details
 from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, state_size
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
@@ -132,7 +132,7 @@ async def test_restoring_the_first_node_is_exact_and_the_session_follows_it(defa
         await wait_for(pilot, lambda: len(transcript_lines(app)) == 2)
         assert transcript_lines(app) == [HELLO, "Hello"]
         status = str(app.session_screen.query_one(StatusLine).render())
-        assert status.startswith(f"resident 11 / 4096 · available 4085  │  at '{HELLO}': exact in ")
+        assert status.startswith(f"resident 11 / 4,096 · available 4,085  │  at '{HELLO}': exact in ")
         assert status.endswith("; the next turn branches from here")
         await pilot.press("escape")
         assert app.screen is app.session_screen
@@ -329,6 +329,21 @@ def test_a_diff_shows_only_the_end_of_a_long_shared_tape():
     assert report.shared_tail == tuple(range(17, 41))
 
 
+def test_a_node_shows_its_turn_figures_in_units_and_only_those_measured():
+    tree = fixed_tree()
+    assert node_details(tree, "n1", None).plain.splitlines()[1:3] == [
+        "tape 8 tokens: 0 shared with n0, 8 own · state 180.7 KiB · blob 5655251542",
+        "reused 0 · prefilled 7 · generated 4 · TTFT 53 ms · prefill 180 tok/s · decode 77.1 tok/s",
+    ]
+    # a turn cancelled in its prefill: nothing generated, no time taken
+    cancelled = tree.add("n1", (9,), "turn", IDENTITY, metrics={
+        "reused": 1_200, "prefilled": 1, "generated": 0, "ttft_ms": 0.0, "prefill_tps": 0.0, "decode_tps": 0.0})
+    assert node_details(tree, cancelled.id, None).plain.splitlines()[1:3] == [
+        "tape 9 tokens: 8 shared with n1, 1 own · no saved state (a restore recomputes it)",
+        "reused 1,200 · prefilled 1 · generated 0",
+    ]
+
+
 LONG = "What is two plus two, and how would you explain the answer to a child of five?"
 
 
@@ -342,13 +357,13 @@ async def test_at_100_columns_a_long_label_is_shortened_and_every_row_keeps_its_
         room = view.scrollable_content_region.width
         assert room == 98  # 100 columns less the tree's border
         lines = tree_lines(screen)
-        assert lines[2] == "    What is two plus two, and how would you explain th…  turn · 24 tokens · 433.0 KiB · 8 shared"
+        assert lines[2] == "    What is two plus two, and how would you explain t…  turn · 24 tokens · 433.02 KiB · 8 shared"
         for line in view._tree_lines:  # as Textual lays them out: guides, icon, label
             width = line._get_guide_width(view.guide_depth, view.show_root) + view.get_label_width(line.node)
             assert width <= room
         await pilot.resize_terminal(160, 48)
         await pilot.pause()
-        assert tree_lines(screen)[2] == f"    {LONG}  turn · 24 tokens · 433.0 KiB · 8 shared"
+        assert tree_lines(screen)[2] == f"    {LONG}  turn · 24 tokens · 433.02 KiB · 8 shared"
 
 
 @pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=["100x30", "160x48"])
@@ -403,7 +418,7 @@ async def test_the_tree_shows_a_state_present_evicted_or_quarantined_as_the_stor
         await wait_for(pilot, lambda: bool(screen.missing))
         assert tree_lines(screen)[1:] == [
             "  evicted  turn · 8 tokens · state evicted (store limit) · 0 shared",
-            "  kept  turn · 12 tokens · 2.0 KiB · 0 shared",
+            "  kept  turn · 12 tokens · 2 KiB · 0 shared",
             "  ● damaged  turn · 16 tokens · state quarantined · 0 shared",  # the last added is current
         ]
         assert screen.selected == "n3"

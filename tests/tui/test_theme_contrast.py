@@ -28,6 +28,9 @@ TEXT_PAIRS: list[tuple[str, str | tuple[str, ...]]] = [
     # the user's turns, help titles, marked nodes; errors; the snapshot tree's states
     ("accent", "background"), ("accent", "surface"), ("error", "background"),
     ("success", "surface"), ("warning", "surface"),
+    # a cell's standing in the cells table and its detail, a wrong passkey answer, the
+    # timings table's reused count, the residency legend's "over budget"
+    ("success", "background"), ("warning", "background"), ("error", "surface"), ("error", "panel"),
     # the titles of the panes, drawn in their frame's colour
     ("panel-lighten-2", "background"), ("panel-lighten-2", "surface"),
     ("footer-key-foreground", "footer-background"), ("footer-description-foreground", "footer-background"),

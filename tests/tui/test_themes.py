@@ -80,7 +80,7 @@ def inspector_labels(app) -> dict[str, str]:
 # The facts of each node of snapshot_fixtures' tree, top to bottom; the screen puts the
 # cursor on the current node, n3.
 TREE_FACTS = ["root · 0 tokens · no state", "turn · 8 tokens · 180.7 KiB · 0 shared",
-              "turn · 24 tokens · 433.0 KiB · 8 shared", "turn · 22 tokens · no state · 8 shared",
+              "turn · 24 tokens · 433.02 KiB · 8 shared", "turn · 22 tokens · no state · 8 shared",
               "turn · 30 tokens · 556.7 KiB · 22 shared"]
 CURSOR_LINE = 3
 

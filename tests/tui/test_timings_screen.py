@@ -17,6 +17,7 @@ import io
 
 import pytest
 from rich.console import Console
+from rich.style import Style
 from textual.app import App
 from textual.widgets import Static
 
@@ -116,7 +117,7 @@ def test_snapshot_of_a_fixed_session(snap_compare, size):
 def test_a_turn_cancelled_before_its_first_token_has_no_ttft():
     timeline = fixed_timeline()
     assert timeline.ttft() == [(1, 452.0), (2, 48.0), (3, 305.0), (4, 35.0)]
-    assert explanation_row(timeline.explain(5), timeline.turns[5].ttft_ms)[5] == ""
+    assert explanation_row(timeline.explain(5), timeline.turns[5].ttft_ms, Style())[5] == ""
 
 
 def test_the_session_prefill_speed_counts_only_timed_chunks():
@@ -128,7 +129,7 @@ def test_the_session_prefill_speed_counts_only_timed_chunks():
 
 def test_durations_are_in_ms_or_s_and_the_ttft_column_says_its_unit():
     timeline = fixed_timeline()
-    assert explanation_row(timeline.explain(1), timeline.turns[1].ttft_ms)[5] == "452 ms"
+    assert explanation_row(timeline.explain(1), timeline.turns[1].ttft_ms, Style())[5] == "452 ms"
     assert "decode 14 ms per token (mean gap)" in summary(timeline).plain
 
 
