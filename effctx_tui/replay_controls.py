@@ -78,4 +78,4 @@ class ReplayControls:
             self._done = self.player.done
             self._screen.refresh_bindings()
         engine = self.player.engine
-        self._screen.sub_title = f"{self.player.describe()} · {engine.model_name} · {engine.backend} · n_ctx {engine.n_ctx}"
+        self._screen.sub_title = f"{self.player.describe()} · {engine.model_name} · {engine.backend} · n_ctx {engine.n_ctx:,}"

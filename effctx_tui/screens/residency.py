@@ -35,8 +35,9 @@ from effctx_core.events.trace import (
     TurnFinished,
 )
 from effctx_core.residency.blocks import BlockClass, BlockTable
-from effctx_core.residency.report import MODELED, ResidencyReport
+from effctx_core.residency.report import MODELED, UNKNOWN, ResidencyReport
 from effctx_tui.messages import EngineEvent, post_events
+from effctx_tui.themes import MUTED
 from effctx_tui.widgets.block_inspector import BlockInspector, token_span
 from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.residency_tape import Zoom
@@ -59,8 +60,9 @@ def legend_summary(report: ResidencyReport) -> Content:
         f"{report.n_tokens:,} tokens · resident {report.resident_tokens:,}{budget}",
         (" (over budget)", "bold $error") if report.budget is not None and report.over_budget else "",
         f" · policy {report.policy} · ",
-        # observed vs modeled is the trust level of every number on this screen
-        (report.source, "bold"),
+        # observed vs modeled is the trust level of every number on this screen; a trace
+        # recorded before traces kept it cannot say which
+        (report.source, "bold") if report.source != UNKNOWN else ("observed or modeled: not recorded", MUTED),
     )
 
 

@@ -431,13 +431,13 @@ class SessionScreen(Screen):
         self._resident = event.start + event.tokens
         if event.total >= PROGRESS_MIN_TOKENS:
             self._show_progress(f"prefill ({event.stage})", event.done, event.total)
-        self.query_one(StatusLine).show_busy(f"prefilling {event.done}/{event.total}…", self._resident, self._n_ctx)
+        self.query_one(StatusLine).show_busy(f"prefilling {format_count(event.done)} / {format_counted(event.total, 'token')}…", self._resident, self._n_ctx)
 
     def _on_token(self, event: TokenDecoded) -> None:
         self._hide_progress()
         self._resident += 1
         self.query_one(Transcript).append_reply(event.text)
-        self.query_one(StatusLine).show_busy(f"decoding, {event.index + 1} tokens…", self._resident, self._n_ctx)
+        self.query_one(StatusLine).show_busy(f"decoding, {format_counted(event.index + 1, 'token')}…", self._resident, self._n_ctx)
 
     def _on_turn_finished(self, event: TurnFinished) -> None:
         result = self.last_result = event.result

@@ -105,3 +105,13 @@ def test_quantized_caches_run_where_claimed(cell, session):
         assert len(list(quantized.decode(DecodeConfig(max_tokens=2)))) >= 1
     finally:
         quantized.close()
+
+
+def test_the_trained_and_the_profile_limits_are_stated_in_the_same_words_by_every_backend(cell, session):
+    limits = {limit.name: limit for limit in session.info.limits}
+    facts = session.info.facts
+    trained = limits["trained"]
+    assert trained.reason == (f"the model was trained for {trained.tokens:,} tokens "
+                              f"(GGUF {facts.architecture}.context_length)")
+    assert limits["n_ctx"].reason.startswith(f"profile {cell.profile().name!r} ")
+    assert f"{limits['n_ctx'].tokens:,} tokens" in limits["n_ctx"].reason

@@ -18,7 +18,7 @@ from effctx_tui.screens.residency import ResidencyScreen
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.residency_view import ResidencyView
 from effctx_tui.widgets.transcript import Transcript
-from tests.helpers.pilot_wait import wait_for
+from tests.helpers.pilot_wait import status_text, wait_for
 
 EFFCTX = str(Path(sys.executable).with_name("effctx"))
 
@@ -51,6 +51,18 @@ async def test_a_paused_replay_steps_one_event_at_a_time():
         assert app.player.speed == 2.0
         await pilot.press("space")
         assert app.player.playing
+
+
+async def test_a_turn_under_way_says_how_far_it_is_in_tokens_and_the_title_gives_n_ctx_as_a_count():
+    app = EffctxApp(replay=demo("chat"), replay_paused=True)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.session_screen
+        await pilot.pause(0.1)
+        await pilot.press("n", "n", "n", "n")  # opened, turn started, prefix checked, its one prefill chunk
+        assert status_text(screen) == "resident 13 / 2,048 · available 2,035  │  prefilling 13 / 13 tokens…"
+        await pilot.press("n")
+        assert status_text(screen) == "resident 14 / 2,048 · available 2,034  │  decoding, 1 token…"
+        assert screen.sub_title.endswith(" · Gemma 3 270m · llama · n_ctx 2,048")
 
 
 async def test_the_streaming_demo_shows_its_evictions_in_the_strip():

@@ -9,8 +9,8 @@ from textual.widget import Widget
 from textual.widgets import OptionList
 
 from effctx_core.residency.blocks import BlockClass, BlockTable, Segment
-from effctx_core.residency.report import OBSERVED, ResidencyReport
-from effctx_tui.screens.residency import ResidencyScreen
+from effctx_core.residency.report import OBSERVED, UNKNOWN, ResidencyReport
+from effctx_tui.screens.residency import ResidencyScreen, legend_summary
 from effctx_tui.widgets.block_inspector import BlockInspector
 from effctx_tui.widgets.residency_palette import CLASS_COLOURS
 from effctx_tui.widgets.residency_strip import ResidencyStrip
@@ -375,3 +375,10 @@ def test_snapshot_token_zoom_with_a_shifted_user_block_inspected(snap_compare):
 
 def test_snapshot_block_zoom_at_160x48(snap_compare):
     assert snap_compare(ResidencyApp(), press=["right"] * 12, terminal_size=(160, 48))
+
+
+def test_the_legend_of_a_trace_that_did_not_record_the_map_source_says_so():
+    table = BlockTable.from_segments([(Segment.USER, 40)], 32)
+    report = ResidencyReport.from_table(table, UNKNOWN, UNKNOWN, 2048)
+    assert legend_summary(report).plain == (
+        "40 tokens · resident 40 / budget 2,048 · policy unknown · observed or modeled: not recorded")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from effctx_core.backends.cache_session import CacheSession, check_trained_context, session_identity
+from effctx_core.backends.common.limits import trained_limit
 from effctx_core.backends.decode_loop import InProcessDecode, token_logprobs
 from effctx_core.backends.gguf.binding import llama_cpp
 from effctx_core.backends.gguf.context import KV_CACHE_TYPES, QUANTIZED_TYPES
@@ -38,7 +39,7 @@ from effctx_core.contract import (
     StateCosts,
 )
 from effctx_core.errors import ContextOverflowError, EffctxError
-from effctx_core.units import ms_since
+from effctx_core.units import format_count, format_counted, ms_since
 
 if TYPE_CHECKING:
     # The profile is read, never built, here: the backends sit below the profile schema.
@@ -147,12 +148,12 @@ class LlamaSession(InProcessDecode, CacheSession):
             notes=notes,
         )
         limits = [
-            ContextLimit("trained", self._model.n_ctx_train, f"the model was trained for {self._model.n_ctx_train} tokens (GGUF {facts.architecture}.context_length)"),
+            trained_limit(facts, self._model.n_ctx_train),
             ContextLimit(
                 "n_ctx",
                 self._tape.n_ctx,
-                f"profile {profile.name!r} allocates a KV cache of {self._tape.n_ctx} tokens"
-                + (f" (asked {profile.n_ctx}, llama.cpp padded it)" if self._tape.n_ctx != profile.n_ctx else ""),
+                f"profile {profile.name!r} allocates a KV cache of {format_counted(self._tape.n_ctx, 'token')}"
+                + (f" (asked {format_count(profile.n_ctx)}, llama.cpp padded it)" if self._tape.n_ctx != profile.n_ctx else ""),
             ),
         ]
         return ModelInfo(

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from effctx_core.backends.cache_session import session_identity
+from effctx_core.backends.common.limits import n_ctx_limit, trained_limit
 from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.llama_server.settings import QUANTIZED_TYPES, kv_settings, options_of
 from effctx_core.contract import MODELED, Capabilities, Capability, ContextLimit, ModelInfo, ResidencyMap
+from effctx_core.units import format_count
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
@@ -60,11 +62,10 @@ def model_info(vocab: LoadedModel, profile: Profile, version: str, slot_n_ctx: i
                snapshots: str | None) -> ModelInfo:
     facts = vocab.facts
     limits = (
-        ContextLimit("trained", facts.context_length,
-                     f"the model was trained for {facts.context_length} tokens (GGUF {facts.architecture}.context_length)"),
-        ContextLimit("n_ctx", profile.n_ctx, f"profile {profile.name!r} holds at most {profile.n_ctx} tokens"),
+        trained_limit(facts),
+        n_ctx_limit(profile),
         ContextLimit("slot", slot_n_ctx - 1,
-                     f"llama-server refuses a prompt that fills its slot's {slot_n_ctx} tokens, and every request "
+                     f"llama-server refuses a prompt that fills its slot's {format_count(slot_n_ctx)} tokens, and every request "
                      "sends the whole tape"),
     )
     return ModelInfo(

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from effctx_core.backends.cache_session import session_identity
+from effctx_core.backends.common.limits import n_ctx_limit, trained_limit
 from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.openvino.runtime import DEVICE
 from effctx_core.backends.openvino.settings import BLOCK_TOKENS, QUANTIZED_TYPES, kv_settings, options_of
 from effctx_core.contract import MODELED, OBSERVED, Capabilities, Capability, ContextLimit, ModelInfo, ResidencyMap
+from effctx_core.units import format_counted
 
 if TYPE_CHECKING:
     from effctx_core.profiles import Profile
@@ -79,13 +81,12 @@ def model_info(vocab: LoadedModel, profile: Profile, backend_version: str, conve
     capabilities = _stateful_capabilities(profile) if options.pipeline == "stateful" else _paged_capabilities(profile)
     capabilities.notes["model"] = converted_note
     limits = [
-        ContextLimit("trained", facts.context_length,
-                     f"the model was trained for {facts.context_length} tokens (GGUF {facts.architecture}.context_length)"),
-        ContextLimit("n_ctx", profile.n_ctx, f"profile {profile.name!r} holds at most {profile.n_ctx} tokens"),
+        trained_limit(facts),
+        n_ctx_limit(profile),
     ]
     if options.pipeline == "paged" and options.num_kv_blocks:
         limits.append(ContextLimit("kv_blocks", options.num_kv_blocks * BLOCK_TOKENS,
-                                   f"{options.num_kv_blocks} cache blocks of {BLOCK_TOKENS} tokens"))
+                                   f"{format_counted(options.num_kv_blocks, 'cache block')} of {BLOCK_TOKENS} tokens"))
     return ModelInfo(
         facts=facts,
         backend="openvino",
