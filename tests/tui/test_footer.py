@@ -14,8 +14,9 @@ from tests.tui.test_visual_baselines import demo_app, played_to_the_end
 
 ALWAYS = [("^q", "Quit"), ("f1", "Help")]
 EVERYWHERE = ALWAYS + [("f2", "Theme"), ("^p", "palette")]
-SESSION_KEYS = [("^n", "New conversation"), ("^r", "Residency"), ("^t", "Snapshots"), ("^g", "Timings"),
-                ("^o", "Cells"), ("^b", "Benchmark")]
+SCREENS = [("^n", "New conversation"), ("^r", "Residency"), ("^t", "Snapshots"), ("^g", "Timings"), ("^o", "Cells"),
+           ("^b", "Benchmark")]
+SESSION_KEYS = SCREENS + [("^f", "Insert file")]
 
 
 def shown(app) -> list[tuple[str, str]]:
@@ -40,11 +41,11 @@ async def test_at_160_columns_the_footer_shows_every_key(config_home):
         assert shown(app) == SESSION_KEYS + EVERYWHERE
 
 
-async def test_at_100_columns_every_screen_key_stays_with_quit_and_help_and_theme_and_the_palette_go(config_home):
+async def test_at_100_columns_the_keys_to_every_screen_stay_with_quit_and_help(config_home):
     app = SessionApp()
     async with app.run_test(size=(100, 30)) as pilot:
         await ready_session(pilot)
-        assert shown(app) == SESSION_KEYS + ALWAYS
+        assert shown(app) == SCREENS + ALWAYS  # Insert file is in the help page and the palette
         keys = [key for key in app.screen.query_one(Footer).query(FooterKey) if key.display]
         assert all(key.region.right <= 100 for key in keys)
         for left, right in zip(keys, keys[1:]):
