@@ -139,7 +139,7 @@ class PrefillSpeedChart(TimingChart):
     def draw(self, timeline: Timeline) -> None:
         measured = [(c.stage, c.end, tps) for c in timeline.chunks() if (tps := c.tps) is not None]
         series = []
-        for stage, colour, label in (("prefill", INPUT, "input"), ("prefix", RECOMPUTED, "earlier tape")):
+        for stage, colour, label in (("prefill", INPUT, "new prompt"), ("prefix", RECOMPUTED, "earlier tape, recomputed")):
             points = [(end, tps) for kind, end, tps in measured if kind == stage]
             series.append(Series("dots", [end for end, _ in points], [tps for _, tps in points], colour, label))
         self.replot("Prefill speed", Axis("tokens", "cache position"), Axis("tok/s"), series, headroom=1.35)

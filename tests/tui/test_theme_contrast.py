@@ -36,6 +36,8 @@ TEXT_PAIRS: list[tuple[str, str | tuple[str, ...]]] = [
     ("footer-key-foreground", "footer-background"), ("footer-description-foreground", "footer-background"),
     # an Input's placeholder, which says what to type or why it is disabled (the prompt)
     ("text-disabled", "surface"),
+    # the status line's reused, prefilled and dropped counts
+    ("text-success", "panel"), ("text-warning", "panel"), ("text-error", "panel"),
     # the cursor row of lists, tables and trees
     ("block-cursor-foreground", "block-cursor-background"),
     # ... and when the list has not the focus
