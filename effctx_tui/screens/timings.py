@@ -77,8 +77,10 @@ def explanation_table(timeline: Timeline, reused: Style) -> Table:
     table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
     for name in ("turn", "reused", "computed", "dropped", "evicted", "TTFT"):
         table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("cause", no_wrap=True)
-    table.add_column("why", ratio=1)
+    # The two share what the counts leave: a cause kept on one line left the why a column
+    # of one or two words at 100 columns, and a turn four rows tall.
+    table.add_column("cause", ratio=1)
+    table.add_column("why", ratio=2)
     for e in timeline.explanations():
         table.add_row(*explanation_row(e, timeline.turns[e.turn].ttft_ms, reused))
     return table
