@@ -57,12 +57,20 @@ def format_rate(tokens_per_s: float) -> str | None:
     return f"{tokens_per_s:.2g} tok/s" if tokens_per_s < 1 else f"{_three_digits(tokens_per_s)} tok/s"
 
 
-def turn_speeds(generated: int, ttft_ms: float, prefill_tps: float, decode_tps: float) -> list[tuple[str, str]]:
-    """A turn's TTFT and rates as (name, figure), only those measured: no TTFT and no
-    decode rate for a turn that generated nothing (one cancelled in its prefill), no rate
-    where no time was taken."""
-    rates = (("prefill", format_rate(prefill_tps)), ("decode", format_rate(decode_tps) if generated else None))
-    return [("TTFT", format_ms(ttft_ms))] * bool(generated) + [(name, rate) for name, rate in rates if rate is not None]
+def turn_speeds(generated: int, ttft_ms: float | None, prefill_tps: float,
+                decode_tps: float) -> list[tuple[str, str]]:
+    """A turn's TTFT and rates as (name, figure), only those measured: no TTFT where no
+    token arrived (a turn cancelled in its prefill), no decode rate for a turn that
+    generated nothing, no rate where no time was taken."""
+    figures = (("TTFT", None if ttft_ms is None else format_ms(ttft_ms)), ("prefill", format_rate(prefill_tps)),
+               ("decode", format_rate(decode_tps) if generated else None))
+    return [(name, figure) for name, figure in figures if figure is not None]
+
+
+def ttft_after(lead_ms: float, ttft_ms: float | None) -> float | None:
+    """A turn's TTFT with what the user waited for before the turn (a prefix loaded or
+    restored for it); a turn without a token still has none."""
+    return None if ttft_ms is None else lead_ms + ttft_ms
 
 
 _UNITS = {

@@ -9,6 +9,9 @@ import pytest
 from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
 from effctx_core.errors import ContextOverflowError, EffctxError
+from effctx_core.events.reader import read_trace
+from effctx_core.events.timeline import Timeline
+from effctx_core.events.trace import TurnFinished
 from effctx_core.profiles import Profile
 
 PROFILE = Profile(name="engine-test", n_ctx=1024)
@@ -132,6 +135,26 @@ def test_cancel_stops_a_prefill_between_chunks_and_the_next_turn_drops_the_part_
     unsubscribe()
     after = engine.complete("Hello", DecodeConfig(max_tokens=2))
     assert (after.reused, after.dropped) == (0, 512)
+
+
+def test_a_turn_cancelled_in_its_prefill_has_no_ttft_in_its_result_trace_or_timeline(engine, tmp_path):
+    engine.subscribe(lambda e: engine.cancel() if e.kind == "prefill_chunk" else None)
+    result = engine.complete("The grass is green. " * 150, DecodeConfig(max_tokens=4))
+    assert (result.stop_reason, result.generated, result.ttft_ms) == ("cancelled", 0, None)
+    assert result.prefill_ms > 0  # the time it took is the prefill's, not a time to a token
+    events = read_trace(tmp_path / "trace.jsonl").events
+    assert [e.result.ttft_ms for e in events if isinstance(e, TurnFinished)] == [None]
+    timeline = Timeline()
+    for event in events:
+        timeline.feed(event)
+    assert (timeline.turns[1].ttft_ms, timeline.ttft()) == (None, [])
+
+
+def test_a_turn_asked_for_no_token_has_no_ttft_and_neither_has_its_node(engine):
+    result = engine.complete("The capital of France is", DecodeConfig(max_tokens=0))
+    assert (result.stop_reason, result.generated, result.ttft_ms) == ("max_tokens", 0, None)
+    node = engine.tree.node(engine.tree.current)
+    assert (node.kind, node.metrics["generated"], node.metrics["ttft_ms"]) == ("turn", 0, None)
 
 
 def test_a_stop_text_inside_a_token_keeps_the_reply_text_before_it(engine):

@@ -38,6 +38,22 @@ def test_a_trace_reads_back_as_the_events_that_were_written(recorded):
     assert not trace.truncated and trace.note is None
 
 
+def test_an_older_trace_gives_a_turn_without_a_token_no_ttft(recorded, tmp_path):
+    # Before a turn without a token had no TTFT, its ttft_ms was the time to the cancel
+    # (or to the end of a turn that decoded nothing).
+    path, _ = recorded
+    lines = path.read_text().splitlines()
+    finished = json.loads(next(line for line in lines if '"turn_finished"' in line))
+    recorded_as = [("cancelled", 0, 912.4), ("max_tokens", 0, 35.0), ("eog", 0, 41.0), ("max_tokens", 3, 48.5)]
+    older = [json.dumps({**finished, "turn": n, "result": {**finished["result"], "stop_reason": stop,
+                                                         "generated": generated, "ttft_ms": ttft_ms}})
+             for n, (stop, generated, ttft_ms) in enumerate(recorded_as, start=1)]
+    (tmp_path / "old.jsonl").write_text("\n".join([lines[0], *older]) + "\n")
+    trace = read_trace(tmp_path / "old.jsonl")
+    # an end-of-generation token arrives and is timed, though it is not counted as generated
+    assert [e.result.ttft_ms for e in trace.events if e.kind == "turn_finished"] == [None, None, 41.0, 48.5]
+
+
 def test_a_trace_cut_off_mid_line_reads_up_to_the_cut(recorded, tmp_path):
     path, _ = recorded
     raw = path.read_bytes()

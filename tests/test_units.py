@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from effctx_core.units import format_bytes, format_count, format_counted, format_ms, format_rate, turn_speeds
+from effctx_core.units import (
+    format_bytes,
+    format_count,
+    format_counted,
+    format_ms,
+    format_rate,
+    ttft_after,
+    turn_speeds,
+)
 
 
 @pytest.mark.parametrize(("n", "text"), [(0, "0"), (15.0, "15"), (26.8, "27"), (2713, "2,713"), (1_048_576, "1,048,576")])
@@ -48,7 +56,14 @@ def test_a_size_is_in_the_largest_binary_unit_it_reaches_with_at_most_two_decima
 
 def test_a_turn_shows_only_the_speeds_that_were_measured():
     assert turn_speeds(8, 452.0, 2555.2, 14.6) == [("TTFT", "452 ms"), ("prefill", "2,555 tok/s"), ("decode", "14.6 tok/s")]
-    # cancelled in its prefill: nothing generated, so no TTFT and no decode rate
-    assert turn_speeds(0, 0.0, 640.0, 0.0) == [("prefill", "640 tok/s")]
+    # cancelled in its prefill: no token arrived, so no TTFT, and no decode rate
+    assert turn_speeds(0, None, 640.0, 0.0) == [("prefill", "640 tok/s")]
+    # ended at once by an end-of-generation token: it arrived and was timed, though not counted
+    assert turn_speeds(0, 41.0, 640.0, 0.0) == [("TTFT", "41 ms"), ("prefill", "640 tok/s")]
     # a prefill that took no measurable time has no rate
     assert turn_speeds(1, 3.2, 0.0, 0.0) == [("TTFT", "3.2 ms")]
+
+
+def test_a_wait_before_the_turn_counts_in_its_ttft_and_a_turn_without_a_token_still_has_none():
+    assert ttft_after(250.0, 40.5) == 290.5
+    assert ttft_after(250.0, None) is None

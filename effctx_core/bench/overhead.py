@@ -18,7 +18,7 @@ from effctx_core.bench.prompts import filler_text
 from effctx_core.cancel import CancelToken
 from effctx_core.contract import BaselineRun, DecodeConfig
 from effctx_core.engine import SessionEngine, TurnResult
-from effctx_core.errors import Cancelled
+from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.profiles import Profile
 
 
@@ -125,6 +125,9 @@ def _engine_round(model_path: Path, profile: Profile, prompt_text: str, n_decode
     # The prefill rate is over the time to the first token, as the baselines' are: it is
     # what the user waits, and a runtime that defers the prefill into its first decode
     # step (a paged pipeline without prefix caching) is timed by it truthfully.
+    if result.ttft_ms is None:
+        raise EffctxError(f"the engine decoded no token after its {result.prefilled:,}-token prompt "
+                          f"({result.stop_reason}): no time to first token to rate its prefill by")
     return Rates(_rate(result.prefilled, result.ttft_ms), result.decode_tps)
 
 

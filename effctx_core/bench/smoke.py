@@ -33,7 +33,7 @@ class PasskeyTrial:
     strict: bool  # the answer starts with the key
     needle_resident: bool
     evicted_tokens: int
-    ttft_ms: float
+    ttft_ms: float | None  # None when no token arrived (no room left in the context for one)
 
     @property
     def verdict(self) -> str:

@@ -25,14 +25,14 @@ from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine, TurnResult
 from effctx_core.profiles import Profile
 from effctx_core.snapshots import SnapshotStore
-from effctx_core.units import ms_since
+from effctx_core.units import ms_since, ttft_after
 
 ANSWER_TOKENS = 16
 
 
 @dataclass(frozen=True)
 class Answer:
-    ttft_ms: float
+    ttft_ms: float | None  # None when no token arrived
     prefilled: int
     reused: int
     decode_tps: float
@@ -40,7 +40,8 @@ class Answer:
 
     @classmethod
     def of(cls, result: TurnResult, key: str, extra_ms: float = 0.0) -> "Answer":
-        return cls(round(result.ttft_ms + extra_ms, 1), result.prefilled, result.reused, round(result.decode_tps, 1),
+        ttft_ms = ttft_after(extra_ms, result.ttft_ms)
+        return cls(None if ttft_ms is None else round(ttft_ms, 1), result.prefilled, result.reused, round(result.decode_tps, 1),
                    key in result.text)
 
 
@@ -121,7 +122,8 @@ def ttft_table(rows: Sequence[TTFTRow]) -> str:
     def cell(answer: Answer | None) -> str:
         if answer is None:
             return f"{'-':>17}"
-        return f"{answer.ttft_ms:>10.0f} ms {'ok' if answer.found else 'MISS':>4}"
+        ttft = "-" if answer.ttft_ms is None else f"{answer.ttft_ms:.0f} ms"
+        return f"{ttft:>13} {'ok' if answer.found else 'MISS':>4}"
 
     lines = [f"{'profile':17}{'tokens':>7}{'cold TTFT':>17}{'warm: session':>17}{'warm: snapshot':>17}{'decode tok/s':>14}"]
     for r in rows:

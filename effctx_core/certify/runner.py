@@ -335,7 +335,7 @@ class Certifier:
         figures = {
             "digest": workload.digest,
             "turns": len(report.turns),
-            "ttft_ms": [round(t.ttft_ms, 2) for t in report.turns],
+            "ttft_ms": [round(t.ttft_ms, 2) for t in report.turns if t.ttft_ms is not None],
             "wall_ms": round(sum(t.wall_ms for t in report.turns), 2),
             "control_wall_ms": round(sum(control), 2) if control and len(control) == len(report.turns) else None,
             "control": report.control_name,

@@ -17,7 +17,7 @@ from effctx_core.cli.options import (
     read_prompt_file,
     warn,
 )
-from effctx_core.units import format_bytes, turn_speeds
+from effctx_core.units import format_bytes, ttft_after, turn_speeds
 
 
 def add_parser(sub) -> None:
@@ -68,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
     reused = loaded.restored if loaded else 0
     prefilled = result.prefilled + (loaded.computed if loaded else 0)
     prefill_ms = result.prefill_ms + prefix_ms
-    ttft_ms = result.ttft_ms + prefix_ms
+    ttft_ms = ttft_after(prefix_ms, result.ttft_ms)
     prefill_tps = prefilled / (prefill_ms / 1000) if prefilled and prefill_ms else 0.0
-    data = {
+    data: dict[str, object] = {
         "text": result.text,
         "stop_reason": result.stop_reason,
         "cache": loaded.cache if loaded else "off",
-        "ttft_ms": round(ttft_ms, 3),
+        "ttft_ms": None if ttft_ms is None else round(ttft_ms, 3),
         "prefill_tps": round(prefill_tps, 2),
         "decode_tps": round(result.decode_tps, 2),
         "prefill_ms": round(prefill_ms, 3),

@@ -91,7 +91,7 @@ class TurnRunner:
         said = TurnText(input_text, result.text)
         self._checkpointer.checkpoint("turn", said.label, said, {
             "reused": result.reused, "prefilled": result.prefilled, "generated": result.generated,
-            "ttft_ms": round(result.ttft_ms, 3), "prefill_tps": round(result.prefill_tps, 2),
+            "ttft_ms": None if result.ttft_ms is None else round(result.ttft_ms, 3), "prefill_tps": round(result.prefill_tps, 2),
             "decode_tps": round(result.decode_tps, 2),
         })
         return result
@@ -187,7 +187,7 @@ class TurnRunner:
             dropped=prefix.dropped,
             evicted=_gone(self._state.tracker.report()) - gone_before,
             prefix_reason=prefix.reason,
-            ttft_ms=ms_between(t_start, reply.t_first or t_end),
+            ttft_ms=ms_between(t_start, reply.t_first) if reply.t_first else None,
             prefill_ms=prefill_ms,
             decode_ms=decode_ms,
             prefill_tps=_rate(prefilled, prefill_ms),
@@ -204,7 +204,7 @@ class TurnRunner:
         ms = ms_since(t_start)
         result = TurnResult(
             text="", stop_reason="cancelled", reused=reused, prefilled=stop.done, generated=0, dropped=0, evicted=0,
-            prefix_reason=f"cancelled during prefill after {stop.done} of {stop.total} tokens", ttft_ms=ms,
+            prefix_reason=f"cancelled during prefill after {stop.done} of {stop.total} tokens", ttft_ms=None,
             prefill_ms=ms, decode_ms=0.0, prefill_tps=_rate(stop.done, ms), decode_tps=0.0,
             resident=report.resident_tokens, available=report.available_tokens, n_ctx=report.n_ctx,
         )

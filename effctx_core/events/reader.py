@@ -58,6 +58,16 @@ def legacy_prefix_cause(data: dict) -> dict:
     return {}
 
 
+def legacy_ttft(result: dict) -> dict:
+    """A turn result as recorded before a turn without a token had no TTFT: its ttft_ms was
+    then the time to the cancel (or to the end of a turn that decoded nothing). A turn that
+    generated nothing and did not end on an end-of-generation token (which arrives, and is
+    timed, without being counted) had no token; traces written since record it as null."""
+    if not result.get("generated") and result.get("stop_reason") != "eog":
+        return {**result, "ttft_ms": None}
+    return result
+
+
 def _event(data: dict, where: str) -> Event:
     kind = data.pop("kind", None)
     cls = EVENT_TYPES.get(kind)
@@ -70,7 +80,7 @@ def _event(data: dict, where: str) -> Event:
     if missing or extra:
         raise TraceError(f"{where}: a {kind} event with missing {missing} / unknown {extra} fields")
     if cls is TurnFinished:
-        data["result"] = TurnResult(**data["result"])
+        data["result"] = TurnResult(**legacy_ttft(data["result"]))
     if cls is RuntimeCounted:
         data["counts"] = RuntimeCounts(**data["counts"])
     if cls is PrefixChecked and not data.get("cause"):

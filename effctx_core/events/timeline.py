@@ -109,12 +109,8 @@ class TurnRecord:
 
     @property
     def ttft_ms(self) -> float | None:
-        """None until the turn finished, and for a turn cancelled before its first token:
-        the engine then reports the time until the cancel, which is no time to a token."""
-        if self.result is None:
-            return None
-        done = self.result.result
-        return None if done.stop_reason == "cancelled" and not done.generated else done.ttft_ms
+        """None until the turn finished, and for a turn that finished without a token."""
+        return self.result.result.ttft_ms if self.result else None
 
     @property
     def diverged_at(self) -> int | None:

@@ -32,7 +32,7 @@ class TurnResult:
     dropped: int
     evicted: int  # tokens the residency policy took out of the cache during the turn
     prefix_reason: str
-    ttft_ms: float
+    ttft_ms: float | None  # None when no token arrived: a turn cancelled before it has no time to one
     prefill_ms: float
     decode_ms: float
     prefill_tps: float

@@ -251,7 +251,7 @@ class BenchmarkScreen(Screen):
         wrong = rich_style(quality, "$error bold")
         for trial in report.trials:
             verdict = Text(trial.verdict, style="" if trial.correct else wrong)
-            quality.add_row(f"{trial.depth:.2f}", trial.key, trial.answer[:40], verdict, _figure(format_ms(trial.ttft_ms)))
+            quality.add_row(f"{trial.depth:.2f}", trial.key, trial.answer[:40], verdict, _figure(None if trial.ttft_ms is None else format_ms(trial.ttft_ms)))
 
     def _restyle(self, _theme: Theme) -> None:
         # the table's cells hold the colours of the theme they were drawn in

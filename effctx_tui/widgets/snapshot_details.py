@@ -18,7 +18,7 @@ from effctx_tui.widgets.snapshot_tree import restore_summary, state_size
 def turn_figures(m: Mapping[str, float]) -> list[str]:
     """A node's turn metrics (engine/turns.py writes them), only those that were measured."""
     counts = [f"{name} {format_count(m.get(name, 0))}" for name in ("reused", "prefilled", "generated")]
-    speeds = turn_speeds(int(m.get("generated", 0)), m.get("ttft_ms", 0), m.get("prefill_tps", 0), m.get("decode_tps", 0))
+    speeds = turn_speeds(int(m.get("generated", 0)), m.get("ttft_ms"), m.get("prefill_tps", 0), m.get("decode_tps", 0))
     return counts + [f"{name} {figure}" for name, figure in speeds]
 
 

@@ -335,9 +335,9 @@ def test_a_node_shows_its_turn_figures_in_units_and_only_those_measured():
         "tape 8 tokens: 0 shared with n0, 8 own · state 180.7 KiB · blob 5655251542",
         "reused 0 · prefilled 7 · generated 4 · TTFT 53 ms · prefill 180 tok/s · decode 77.1 tok/s",
     ]
-    # a turn cancelled in its prefill: nothing generated, no time taken
+    # a turn cancelled in its prefill: nothing generated, no token to time, no time taken
     cancelled = tree.add("n1", (9,), "turn", IDENTITY, metrics={
-        "reused": 1_200, "prefilled": 1, "generated": 0, "ttft_ms": 0.0, "prefill_tps": 0.0, "decode_tps": 0.0})
+        "reused": 1_200, "prefilled": 1, "generated": 0, "ttft_ms": None, "prefill_tps": 0.0, "decode_tps": 0.0})
     assert node_details(tree, cancelled.id, None).plain.splitlines()[1:3] == [
         "tape 9 tokens: 8 shared with n1, 1 own · no saved state (a restore recomputes it)",
         "reused 1,200 · prefilled 1 · generated 0",

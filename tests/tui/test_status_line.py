@@ -37,7 +37,7 @@ async def test_a_finished_turn_shows_its_ttft_in_seconds_and_both_rates():
 
 
 async def test_a_turn_cancelled_in_its_prefill_shows_no_ttft_and_no_decode_rate():
-    cancelled = replace(DONE, stop_reason="cancelled", generated=0, ttft_ms=900.0, decode_ms=0.0, decode_tps=0.0)
+    cancelled = replace(DONE, stop_reason="cancelled", generated=0, ttft_ms=None, decode_ms=0.0, decode_tps=0.0)
     assert await second_line(cancelled) == "prefill 150 tok/s · extends the resident tape"
 
 

@@ -90,7 +90,7 @@ def session_events() -> list:
         PrefixChecked(turn=5, reused=1319, prefilled=0, dropped=0, resident=1319, reason="extends the resident tape",
                       t_ms=9000.5),
         chunk(5, "prefill", 1319, 1, 0.0, 9000.5),
-        finished(5, 1319, 1, 0, 1320, 120.0, t_ms=9120.0, stop_reason="cancelled"),
+        finished(5, 1319, 1, 0, 1320, None, t_ms=9120.0, stop_reason="cancelled"),
     ]
 
 

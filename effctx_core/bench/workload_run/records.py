@@ -36,7 +36,7 @@ class TurnRun:
     reused: int
     computed: int
     dropped: int
-    ttft_ms: float
+    ttft_ms: float | None  # None when no token arrived
     prefill_tps: float
     decode_tps: float
     generated: int
@@ -55,7 +55,7 @@ class TurnRun:
 
     @property
     def ttft_ratio(self) -> float | None:
-        if self.control is None or self.ttft_ms <= 0:
+        if self.control is None or not self.ttft_ms:
             return None
         return self.control.ttft_ms / self.ttft_ms
 
@@ -69,8 +69,10 @@ class TurnRun:
         return out
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+def _mean(values: Sequence[float | None]) -> float | None:
+    """The mean of the measured values; None when none was."""
+    measured = [v for v in values if v is not None]
+    return sum(measured) / len(measured) if measured else None
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,8 @@ class WorkloadReport:
         in ms, effctx and control side by side."""
 
         def pair(turns: Sequence[TurnRun], wall: bool = False) -> dict[str, float | None]:
+            # A turn without a token has no TTFT: its control's does not count either.
+            turns = [t for t in turns if wall or t.ttft_ms is not None]
             mine = _mean([t.wall_ms if wall else t.ttft_ms for t in turns])
             theirs = _mean([(t.control.wall_ms if wall else t.control.ttft_ms) for t in turns if t.control])
             return {"effctx": mine, "control": theirs if len([t for t in turns if t.control]) == len(turns) else None}
@@ -110,8 +114,9 @@ class WorkloadReport:
         }
 
     def curve(self) -> list[tuple[int, float, float | None]]:
-        """(tokens effctx computed, effctx TTFT, control TTFT) per turn, by size."""
-        return sorted((t.computed, t.ttft_ms, t.control.ttft_ms if t.control else None) for t in self.turns)
+        """(tokens effctx computed, effctx TTFT, control TTFT) per turn with a TTFT, by size."""
+        return sorted((t.computed, t.ttft_ms, t.control.ttft_ms if t.control else None) for t in self.turns
+                      if t.ttft_ms is not None)
 
     @property
     def decode_tps(self) -> float | None:

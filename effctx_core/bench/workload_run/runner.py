@@ -17,7 +17,7 @@ from effctx_core.errors import Cancelled
 from effctx_core.profiles import Profile
 from effctx_core.residency.report import MODELED
 from effctx_core.snapshots import SnapshotStore
-from effctx_core.units import ms_since
+from effctx_core.units import ms_since, ttft_after
 
 ProgressFn = Callable[[str, int, int], None]  # message, steps done, steps
 
@@ -89,7 +89,7 @@ class _Run:
             control = ControlTurn.of(run, reply_ids)
         self.turns.append(TurnRun(
             label=label, kind=kind, prompt_tokens=len(prompt), reused=result.reused - lead_computed,
-            computed=result.prefilled + lead_computed, dropped=result.dropped, ttft_ms=result.ttft_ms + lead_ms,
+            computed=result.prefilled + lead_computed, dropped=result.dropped, ttft_ms=ttft_after(lead_ms, result.ttft_ms),
             prefill_tps=result.prefill_tps, decode_tps=result.decode_tps, generated=result.generated, wall_ms=wall,
             reply=result.text, correct=turn.grade(result.text), how=how or result.prefix_reason, control=control,
         ))
