@@ -262,6 +262,23 @@ def test_diff_of_siblings_finds_tokens_shared_past_the_ancestor():
     assert not d.identical
 
 
+def test_diff_of_placeholder_tapes_parts_where_the_tree_branches():
+    t, (r, a, b) = chain()  # b: 1 2 3 4 5
+    c = t.add(a, [4, 9, 10], "turn", D).id  # 1 2 3 4 9 10
+    d = t.diff(b, c, by_tokens=False)
+    assert (d.ancestor, d.common_prefix, d.divergence, d.tail_a, d.tail_b) == (a, 3, 3, (4, 5), (4, 9, 10))
+
+
+def test_the_turns_below_an_ancestor_are_what_was_said_after_it():
+    t = SnapshotTree()
+    r = t.add(None, [], "root", D).id
+    n1 = t.add(r, [1], "turn", D, turn=TurnText("What is the capital of France?", " Paris.")).id
+    n2 = t.add(n1, [2], "turn", D, turn=TurnText("And of Italy?", " Rome.")).id
+    assert t.turns(n2, after=n1) == [TurnText("And of Italy?", " Rome.")]
+    assert t.turns(n2, after=n2) == []
+    assert [turn.input for turn in t.turns(n2)] == ["What is the capital of France?", "And of Italy?"]
+
+
 def test_diff_with_an_ancestor_diverges_where_the_ancestor_ends():
     t, (r, a, b) = chain()
     d = t.diff(a, b)

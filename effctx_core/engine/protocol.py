@@ -74,6 +74,12 @@ class ConsoleEngine(EventSource, Protocol):
 
     def detokenize(self, tokens: Sequence[int]) -> str: ...
 
+    @property
+    def tokens_known(self) -> bool:
+        """Whether the tree's tapes hold the session's token ids; a replay's hold
+        placeholders of the right count (a trace records how many tokens, not which)."""
+        ...
+
     def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
         """Of these saved-state keys (tree nodes' blobs), the ones the engine's store does
         not hold, each with why ("quarantined", "not in the store", "checkpoints off")."""

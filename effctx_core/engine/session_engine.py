@@ -348,3 +348,7 @@ class SessionEngine:
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self.session.detokenize(tokens)
+
+    @property
+    def tokens_known(self) -> bool:
+        return True

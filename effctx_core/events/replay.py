@@ -117,6 +117,10 @@ class ReplayEngine:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return "".join(self._pieces.get(int(t), "") for t in tokens)
 
+    @property
+    def tokens_known(self) -> bool:
+        return False  # the tree's tapes are placeholders (_add_node)
+
     def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
         # A replay reads no store: its tree shows the states as the recording had them.
         return {}

@@ -195,9 +195,13 @@ class SnapshotTree:
         out.reverse()
         return out
 
-    def turns(self, node_id: str) -> list[TurnText]:
-        """What was said on the way from the root down to `node_id`, turn by turn."""
-        return [node.turn for node in self.path(node_id) if node.turn is not None]
+    def turns(self, node_id: str, after: str | None = None) -> list[TurnText]:
+        """What was said on the way from the root (or from below its ancestor `after`) down
+        to `node_id`, turn by turn."""
+        path = self.path(node_id)
+        if after is not None:
+            path = path[[node.id for node in path].index(after) + 1:]
+        return [node.turn for node in path if node.turn is not None]
 
     def depth(self, node_id: str) -> int:
         return len(self.path(node_id)) - 1
@@ -240,13 +244,16 @@ class SnapshotTree:
                 return n
         raise AssertionError("two nodes of one tree always share the root")
 
-    def diff(self, a: str, b: str) -> TreeDiff:
+    def diff(self, a: str, b: str, *, by_tokens: bool = True) -> TreeDiff:
+        """`by_tokens` False: the tapes are placeholders (a replayed tree, whose trace
+        records how many tokens each node holds, not which), so the two part where the
+        tree branches."""
         ancestor = self.common_ancestor(a, b)
         tape_a, tape_b = self.tape(a), self.tape(b)
         # Everything up to the ancestor's tape is shared by construction; siblings may
         # still start with the same tokens (a chat template's turn header), so go on.
         i = self._length[ancestor.id]
-        limit = min(len(tape_a), len(tape_b))
+        limit = min(len(tape_a), len(tape_b)) if by_tokens else i
         while i < limit and tape_a[i] == tape_b[i]:
             i += 1
         same = len(tape_a) == len(tape_b) == i

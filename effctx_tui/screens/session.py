@@ -335,7 +335,7 @@ class SessionScreen(Screen):
         if engine is None:
             return
         screen = SnapshotsScreen(
-            engine.tree, detokenize=engine.detokenize, restore=engine.restore_node if engine.can_run else None,
+            engine.tree, detokenize=engine.detokenize, tokens_known=engine.tokens_known, restore=engine.restore_node if engine.can_run else None,
             restores=self.restores, is_busy=lambda: self.busy, events=engine, missing_states=engine.missing_states,
         )
         self.app.push_screen(screen, self._snapshots_closed)

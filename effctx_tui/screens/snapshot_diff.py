@@ -1,5 +1,7 @@
 """Where two snapshot nodes part: the text they share up to there, then each one's own
-text after it; `t` shows the same places as token ids."""
+text after it; `t` shows the same places as token ids. A replayed tree holds no token ids
+(a trace records how many, not which): there the two part where the tree branches, and
+each side is the text of its turns as recorded."""
 
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ class DiffReport:
     label_b: str
     shared_tail: tuple[int, ...]  # the last tokens of the common prefix
     shared_text: str  # shared_tail detokenized
-    text_a: str  # tail_a detokenized
+    text_a: str  # tail_a detokenized (or the turns' text, when not by_tokens)
     text_b: str
+    by_tokens: bool = True  # False: the tapes were placeholders, the texts are the turns'
 
     def summary(self) -> str:
         d = self.diff
@@ -45,10 +48,14 @@ class DiffReport:
                 f"{d.a} has {len(d.tail_a):,} more, {d.b} {len(d.tail_b):,} more")
 
 
-def describe_diff(tree: SnapshotTree, a: str, b: str, detokenize: Detokenize) -> DiffReport:
-    """Tapes and detokenizing: call it on a worker thread."""
-    diff = tree.diff(a, b)
+def describe_diff(tree: SnapshotTree, a: str, b: str, detokenize: Detokenize, tokens_known: bool = True) -> DiffReport:
+    """Tapes and detokenizing: call it on a worker thread. `tokens_known`:
+    ConsoleEngine.tokens_known."""
+    diff = tree.diff(a, b, by_tokens=tokens_known)
     label = lambda nid: tree.node(nid).label or nid  # noqa: E731
+    if not tokens_known:
+        said = lambda nid: "\n\n".join(f"{turn.input}\n{turn.reply.strip()}" for turn in tree.turns(nid, after=diff.ancestor))  # noqa: E731
+        return DiffReport(diff, label(a), label(b), (), "", said(a), said(b), by_tokens=False)
     shared = tuple(tree.tape(a)[max(0, diff.common_prefix - SHARED_CONTEXT):diff.common_prefix])
     return DiffReport(diff, label(a), label(b), shared, detokenize(shared),
                       detokenize(diff.tail_a), detokenize(diff.tail_b))
@@ -119,15 +126,23 @@ class DiffScreen(ModalScreen[None]):
         d = self.report.diff
         box = self.query_one("#diff-box")
         box.border_title = f"Where {d.a} and {d.b} part"
-        box.border_subtitle = "t text / token ids · Esc closes"
+        box.border_subtitle = "t text / token ids · Esc closes" if self.report.by_tokens else "Esc closes"
         self._show()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return action != "toggle_ids" or self.report.by_tokens  # a replay has no token ids to show
 
     def _show(self) -> None:
         r, d = self.report, self.report.diff
         shown = lambda tokens, text: token_ids(tokens) if self.show_ids else text  # noqa: E731
         cut = "…" if len(r.shared_tail) < d.common_prefix else ""
-        shared = Text(f"the shared tape ends: {cut}{shown(r.shared_tail, r.shared_text)}") if r.shared_tail \
-            else Text("nothing shared")
+        if not r.by_tokens:
+            shared = Text(f"shared: the {d.common_prefix:,} tokens up to {d.ancestor}; a recording keeps what each turn "
+                          "said, not its tokens")
+        elif r.shared_tail:
+            shared = Text(f"the shared tape ends: {cut}{shown(r.shared_tail, r.shared_text)}")
+        else:
+            shared = Text("nothing shared")
         self.query_one("#diff-shared", Static).update(shared)
         for side, tail, text in (("a", d.tail_a, r.text_a), ("b", d.tail_b, r.text_b)):
             self.query_one(f"#diff-text-{side}", Static).update(

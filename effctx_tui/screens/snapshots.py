@@ -121,6 +121,7 @@ class SnapshotsScreen(Screen[str | None]):
         tree: SnapshotTree,
         *,
         detokenize: Detokenize,
+        tokens_known: bool = True,
         restore: Callable[[str], NodeRestore] | None = None,
         restores: MutableMapping[str, NodeRestore] | None = None,
         is_busy: Callable[[], bool] = lambda: False,
@@ -129,12 +130,13 @@ class SnapshotsScreen(Screen[str | None]):
     ) -> None:
         """`restores` (node id -> its last restore) is shared with the caller, so restores
         survive closing the screen; `is_busy` says the engine is running a turn;
-        `missing_states` is ConsoleEngine.missing_states."""
+        `missing_states` and `tokens_known` are ConsoleEngine's."""
         super().__init__()
         self._events = events
         self._unfollow: Unsubscribe = lambda: None
         self.snapshot_tree = tree
         self._detokenize = detokenize
+        self._tokens_known = tokens_known
         self._restore = restore
         self.restores: MutableMapping[str, NodeRestore] = {} if restores is None else restores
         self._is_busy = is_busy
@@ -382,7 +384,7 @@ class SnapshotsScreen(Screen[str | None]):
     @work(thread=True, group="snapshot-diff", exclusive=True, exit_on_error=False)
     def _run_diff(self, a: str, b: str) -> None:
         try:
-            report = describe_diff(self.snapshot_tree, a, b, self._detokenize)
+            report = describe_diff(self.snapshot_tree, a, b, self._detokenize, self._tokens_known)
         except Exception as exc:
             self.post_message(self.Failed(f"diff of {a} and {b} failed: {exc}"))
         else:

@@ -15,6 +15,7 @@ from effctx_core.events.reader import read_trace
 from effctx_core.residency import BlockClass
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.residency import ResidencyScreen
+from effctx_tui.screens.snapshot_diff import DiffScreen
 from effctx_tui.widgets.residency_strip import ResidencyStrip
 from effctx_tui.widgets.residency_view import ResidencyView
 from effctx_tui.widgets.transcript import Transcript
@@ -63,6 +64,23 @@ async def test_a_turn_under_way_says_how_far_it_is_in_tokens_and_the_title_gives
         await pilot.press("n")
         assert status_text(screen) == "resident 14 / 2,048 · available 2,034  │  decoding, 1 token…"
         assert screen.sub_title.endswith(" · Gemma 3 270m · llama · n_ctx 2,048")
+
+
+async def test_a_replays_diff_shows_what_the_turns_said_and_offers_no_token_ids():
+    app = EffctxApp(replay=demo("chat"), replay_speed=64)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: app.player.done and app.session_screen.turns_done == 3, seconds=30)
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        await pilot.press("m", "up", "D")  # n3 (the current node) marked, compared with n2
+        await wait_for(pilot, lambda: isinstance(app.screen, DiffScreen), seconds=10)
+        text = lambda id: str(app.screen.query_one(id, Static).render())  # noqa: E731
+        assert text("#diff-summary") == "n3 goes on where n2 ends: n2's 36 tokens, then 17 more"
+        assert text("#diff-shared") == "shared: the 36 tokens up to n2; a recording keeps what each turn said, not its tokens"
+        assert text("#diff-text-a") == "Tell me about the sky.\nThe sky is blue."
+        await pilot.press("t")  # token ids: a recording has none
+        assert not app.screen.show_ids and text("#diff-text-a") == "Tell me about the sky.\nThe sky is blue."
+        assert app.screen.query_one("#diff-box").border_subtitle == "Esc closes"
 
 
 async def test_the_streaming_demo_shows_its_evictions_in_the_strip():
