@@ -10,12 +10,20 @@ import plotext
 from rich.table import Table
 
 from effctx_core.bench.workload_run import SLOWER_TOLERANCE, TurnRun, WorkloadReport
+from effctx_core.units import format_count, format_rate
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
+
+
+def _rate(tokens_per_s: float) -> str:
+    """A decode rate in the table's tok/s column; "-" where none was measured (a turn of
+    one token or none times no decode step)."""
+    rate = format_rate(tokens_per_s)
+    return "-" if rate is None else rate.removesuffix(" tok/s")
 
 
 def _ratio(value: float | None) -> str:
@@ -32,7 +40,7 @@ TURN_COLUMNS: tuple[tuple[str, str], ...] = (
 def turn_cells(t: TurnRun) -> list[str]:
     """One turn's cells under `TURN_COLUMNS`."""
     c = t.control
-    return [t.label, t.kind, str(t.prompt_tokens), str(t.reused), str(t.computed), _ms(t.ttft_ms),
+    return [t.label, t.kind, format_count(t.prompt_tokens), format_count(t.reused), format_count(t.computed), _ms(t.ttft_ms),
             _ms(c.ttft_ms if c else None), _ms(t.wall_ms), _ms(c.wall_ms if c else None), _ratio(t.ratio)]
 
 
@@ -54,7 +62,7 @@ def turn_table(report: WorkloadReport) -> Table:
             checks.append("other reply")
         if t.slower:
             checks.append("SLOWER")
-        table.add_row(*turn_cells(t), f"{t.decode_tps:.1f}", ", ".join(checks))
+        table.add_row(*turn_cells(t), _rate(t.decode_tps), ", ".join(checks))
     return table
 
 
