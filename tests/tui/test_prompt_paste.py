@@ -3,9 +3,13 @@ marker, and an Enter pressed right after submits all of it."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
 import pytest
 from textual import events
 from textual.app import App, ComposeResult
+from textual.pilot import Pilot
 from textual.widgets import Input
 
 from effctx_tui.widgets.prompt_input import PromptInput
@@ -27,6 +31,16 @@ class PromptApp(App):
         self.submitted.append(event.value)
 
 
+@asynccontextmanager
+async def focused_prompt() -> AsyncIterator[tuple[PromptApp, Pilot, PromptInput]]:
+    """The prompt alone in an app at 100x30, with the focus."""
+    app = PromptApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        prompt = app.query_one(PromptInput)
+        prompt.focus()
+        yield app, pilot, prompt
+
+
 async def pasted(pilot, prompt: PromptInput, text: str) -> None:
     prompt.post_message(events.Paste(text))
     await pilot.pause()
@@ -34,10 +48,7 @@ async def pasted(pilot, prompt: PromptInput, text: str) -> None:
 
 async def test_a_long_paste_arrives_at_once_as_a_marker_and_an_enter_right_after_submits_all_its_lines():
     assert len(DOCUMENT.encode()) == 14_580
-    app = PromptApp()
-    async with app.run_test(size=(100, 30)) as pilot:
-        prompt = app.query_one(PromptInput)
-        prompt.focus()
+    async with focused_prompt() as (app, pilot, prompt):
         changes: list[str] = []
         prompt.watch(prompt, "value", lambda value: changes.append(value), init=False)
         prompt.post_message(events.Paste(DOCUMENT))
@@ -55,19 +66,13 @@ async def test_a_long_paste_arrives_at_once_as_a_marker_and_an_enter_right_after
     ("\n \n", "", ""),
 ])
 async def test_a_paste_of_one_short_line_is_shown_as_itself_and_any_other_as_a_marker(paste, shown, sent):
-    app = PromptApp()
-    async with app.run_test(size=(100, 30)) as pilot:
-        prompt = app.query_one(PromptInput)
-        prompt.focus()
+    async with focused_prompt() as (app, pilot, prompt):
         await pasted(pilot, prompt, paste)
         assert (prompt.value, prompt.full_value) == (shown, sent)
 
 
 async def test_typing_around_a_marker_keeps_the_paste_whole_between_the_words():
-    app = PromptApp()
-    async with app.run_test(size=(100, 30)) as pilot:
-        prompt = app.query_one(PromptInput)
-        prompt.focus()
+    async with focused_prompt() as (app, pilot, prompt):
         await pilot.press(*"Summarise ")
         await pasted(pilot, prompt, "one\ntwo")
         await pilot.press(*" briefly", "home", *"Please: ")
@@ -79,10 +84,7 @@ async def test_typing_around_a_marker_keeps_the_paste_whole_between_the_words():
 
 
 async def test_backspace_after_a_marker_removes_the_whole_paste():
-    app = PromptApp()
-    async with app.run_test(size=(100, 30)) as pilot:
-        prompt = app.query_one(PromptInput)
-        prompt.focus()
+    async with focused_prompt() as (app, pilot, prompt):
         await pilot.press(*"Read: ")
         await pasted(pilot, prompt, DOCUMENT)
         await pilot.press("backspace")
@@ -92,10 +94,7 @@ async def test_backspace_after_a_marker_removes_the_whole_paste():
 
 
 async def test_two_pastes_of_one_size_are_two_markers_each_sent_as_itself():
-    app = PromptApp()
-    async with app.run_test(size=(100, 30)) as pilot:
-        prompt = app.query_one(PromptInput)
-        prompt.focus()
+    async with focused_prompt() as (app, pilot, prompt):
         await pasted(pilot, prompt, "a\nb")
         await pilot.press("space")
         await pasted(pilot, prompt, "c\nd")
@@ -108,10 +107,7 @@ async def test_two_pastes_of_one_size_are_two_markers_each_sent_as_itself():
 
 
 async def test_a_paste_replaces_the_selected_text_marker_and_all():
-    app = PromptApp()
-    async with app.run_test(size=(100, 30)) as pilot:
-        prompt = app.query_one(PromptInput)
-        prompt.focus()
+    async with focused_prompt() as (app, pilot, prompt):
         await pilot.press(*"Summarise: ")
         await pasted(pilot, prompt, "first line\nsecond line")
         prompt.select_all()
