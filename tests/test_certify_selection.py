@@ -40,7 +40,7 @@ def test_auto_picks_the_certified_cell_with_the_least_time_on_the_workload():
     selection = select_profile(matrix)
     assert selection.profile == "fast-long"
     assert selection.reason == ("profile auto: fast-long (llama): the least time on agent-loop among 3 certified "
-                                "cells (15.0 s over 2 turns, mean TTFT 300 ms), certified up to 16000 tokens")
+                                "cells (15.0 s over 2 turns, mean TTFT 300 ms), certified up to 16,000 tokens")
 
 
 def test_auto_never_picks_a_failed_or_uncertified_cell_however_fast():
@@ -88,8 +88,20 @@ def test_a_cell_within_noise_of_the_baseline_is_dropped():
 def test_ttft_is_compared_only_on_workloads_both_cells_ran_from_the_same_file():
     other = certificate("q8", 1_000, [10, 10], 2048, 40.0, workload="long-decode")
     found = {v.profile: v for v in verdicts(Matrix((row("exact", doc=EXACT), row("q8", doc=other)), ()))}
-    assert found["q8"].evidence[1] == "TTFT: no workload measured on both cells"
+    assert found["q8"].evidence[1] == "TTFT: no workload with a measured TTFT on both cells"
     assert found["q8"].verdict == "drop"
+
+
+def test_a_workload_without_a_measured_ttft_is_no_ttft_of_zero():
+    # every turn of q8's run ended before its first token: no TTFT, not the fastest there is
+    untimed = certificate("q8", 1_000, [], 2048, 40.0)
+    found = {v.profile: v for v in verdicts(Matrix((row("exact", doc=EXACT), row("q8", doc=untimed)), ()))}
+    assert found["q8"].evidence[1] == "TTFT: no workload with a measured TTFT on both cells"
+    assert found["q8"].verdict == "drop"
+    selection = select_profile(Matrix((row("q8", doc=untimed),), ()))
+    assert selection.reason == ("profile auto: q8 (llama): the least time on agent-loop among 1 certified cell "
+                                "(1.0 s over 0 turns, no TTFT measured), certified up to 2,048 tokens; "
+                                "the only one measured")
 
 
 def test_an_uncertified_cell_gets_no_verdict_and_says_why():

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from effctx_core.bench.workloads import workload_names
 from effctx_core.certify.matrix import Matrix, MatrixRow
 from effctx_core.errors import EffctxError
+from effctx_core.units import format_counted, format_ms
 
 DEFAULT_WORKLOAD = "agent-loop"
 
@@ -27,9 +28,15 @@ def workload_figure(row: MatrixRow, workload: str) -> dict | None:
     return row.certificate["workloads"].get(workload)
 
 
-def mean_ttft(figure: dict) -> float:
+def mean_ttft(figure: dict) -> float | None:
+    """None when no turn of the workload timed a first token: not a TTFT of 0."""
     values = figure["ttft_ms"]
-    return sum(values) / len(values) if values else 0.0
+    return sum(values) / len(values) if values else None
+
+
+def _mean_ttft_text(figure: dict) -> str:
+    mean = mean_ttft(figure)
+    return "no TTFT measured" if mean is None else f"mean TTFT {format_ms(mean)}"
 
 
 def select_profile(matrix: Matrix, workload: str | None = None) -> Selection:
@@ -52,5 +59,5 @@ def select_profile(matrix: Matrix, workload: str | None = None) -> Selection:
     return Selection(row.cell.profile, (
         f"profile auto: {row.cell.profile} ({row.cell.backend}): the least time on {name} among {len(measured)} "
         f"certified cell{'s' if len(measured) > 1 else ''} ({fig['wall_ms'] / 1000:.1f} s over {fig['turns']} turns, "
-        f"mean TTFT {mean_ttft(fig):.0f} ms), certified up to {row.certified_tokens} tokens"
+        f"{_mean_ttft_text(fig)}), certified up to {format_counted(row.certified_tokens or 0, 'token')}"
         + ("" if others else "; the only one measured")))

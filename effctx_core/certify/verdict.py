@@ -33,11 +33,17 @@ def _ttft(row: MatrixRow, baseline: MatrixRow) -> tuple[float | None, str]:
     """Baseline mean TTFT over the cell's, over the workloads both measured with the same file."""
     assert row.certificate is not None and baseline.certificate is not None
     mine, theirs = row.certificate["workloads"], baseline.certificate["workloads"]
-    shared = sorted(n for n in mine if n in theirs and mine[n]["digest"] == theirs[n]["digest"])
+    shared, cell_means, base_means = [], [], []
+    for n in sorted(n for n in mine if n in theirs and mine[n]["digest"] == theirs[n]["digest"]):
+        cell, base = mean_ttft(mine[n]), mean_ttft(theirs[n])
+        if cell is not None and base is not None:
+            shared.append(n)
+            cell_means.append(cell)
+            base_means.append(base)
     if not shared:
-        return None, "TTFT: no workload measured on both cells"
-    cell_ms = sum(mean_ttft(mine[n]) for n in shared) / len(shared)
-    base_ms = sum(mean_ttft(theirs[n]) for n in shared) / len(shared)
+        return None, "TTFT: no workload with a measured TTFT on both cells"
+    cell_ms = sum(cell_means) / len(shared)
+    base_ms = sum(base_means) / len(shared)
     ratio = base_ms / cell_ms if cell_ms else None
     shown = f"{ratio:.2f}x" if ratio is not None else "-"
     return ratio, (f"TTFT {cell_ms:.0f} ms against {base_ms:.0f} ms on {', '.join(shared)}: {shown} lower "
