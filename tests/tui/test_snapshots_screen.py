@@ -146,7 +146,7 @@ async def test_without_saved_states_a_restore_recomputes_what_the_cache_lacks(de
         await pilot.press("up")
         await restore(pilot, screen)
         # n1's tokens were still in the cache: it was only cut back
-        assert tree_lines(screen)[1].startswith(f"  ● {HELLO}  turn · 11 tokens · no state · 0 shared · recompute 0 tokens in ")
+        assert tree_lines(screen)[1].startswith(f"  ● {HELLO}  turn · 11 tokens · no state · 0 shared · cut back to its 11 tokens in ")
         await pilot.press("down")
         await restore(pilot, screen)
         assert tree_lines(screen)[2].startswith(
@@ -441,4 +441,4 @@ async def test_a_restore_that_finds_its_state_damaged_recomputes_and_the_tree_sa
         assert screen.restores["n1"].mode == "recompute"
         assert screen.restores["n1"].reason.startswith("its saved state is unusable")
         await wait_for(pilot, lambda: "quarantined" in tree_lines(screen)[1])
-        assert tree_lines(screen)[1].startswith(f"  ● {HELLO}  turn · 11 tokens · state quarantined · 0 shared · recompute ")
+        assert tree_lines(screen)[1].startswith(f"  ● {HELLO}  turn · 11 tokens · state quarantined · 0 shared · cut back to its 11 tokens in ")
