@@ -17,6 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from effctx_core.snapshots.tree import SnapshotTree, TreeDiff
+from effctx_core.units import format_counted
 from effctx_tui.themes import MUTED
 
 Detokenize = Callable[[Sequence[int]], str]
@@ -43,6 +44,8 @@ class DiffReport:
             return f"{d.a} and {d.b} hold the same tape of {d.common_prefix:,} tokens"
         if not d.tail_a or not d.tail_b:
             short, long_, tail = (d.a, d.b, d.tail_b) if not d.tail_a else (d.b, d.a, d.tail_a)
+            if not d.common_prefix:
+                return f"{long_} holds {format_counted(len(tail), 'token')}, {short} none"
             return f"{long_} goes on where {short} ends: {short}'s {d.common_prefix:,} tokens, then {len(tail):,} more"
         return (f"{d.a} and {d.b} share {d.common_prefix:,} tokens, then part: "
                 f"{d.a} has {len(d.tail_a):,} more, {d.b} {len(d.tail_b):,} more")
@@ -137,8 +140,8 @@ class DiffScreen(ModalScreen[None]):
         shown = lambda tokens, text: token_ids(tokens) if self.show_ids else text  # noqa: E731
         cut = "…" if len(r.shared_tail) < d.common_prefix else ""
         if not r.by_tokens:
-            shared = Text(f"shared: the {d.common_prefix:,} tokens up to {d.ancestor}; a recording keeps what each turn "
-                          "said, not its tokens")
+            what = f"the {d.common_prefix:,} tokens up to {d.ancestor}" if d.common_prefix else "nothing"
+            shared = Text(f"shared: {what}; a recording keeps what each turn said, not its tokens")
         elif r.shared_tail:
             shared = Text(f"the shared tape ends: {cut}{shown(r.shared_tail, r.shared_text)}")
         else:

@@ -318,6 +318,11 @@ def test_a_diff_of_a_node_and_its_descendant_says_which_goes_on():
     assert report.shared_tail == tree.tape("n3")  # all of it: 22 tokens
 
 
+def test_a_diff_with_the_empty_root_says_what_the_other_holds():
+    tree = fixed_tree()
+    assert describe_diff(tree, "n1", "n0", fake_detokenize).summary() == "n1 holds 8 tokens, n0 none"
+
+
 def test_a_diff_shows_only_the_end_of_a_long_shared_tape():
     tree = SnapshotTree()
     root = tree.add(None, (), "root", IDENTITY)
