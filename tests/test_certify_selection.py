@@ -74,8 +74,8 @@ def test_a_cell_with_a_step_function_in_certified_context_and_ttft_is_kept_with_
     assert fast.evidence[:4] == (
         "keep: a step function in TTFT, certified context",
         "TTFT 300 ms against 750 ms on agent-loop: 2.50x lower (keep at >= 2.0x)",
-        "certified context 16000 against 2048 tokens: 7.81x (keep at >= 1.5x)",
-        "decode 41.0 against 40.0 tok/s: 1.02x (keep at >= 1.3x)",
+        "certified context 16,000 against 2,048 tokens: 7.81x (keep at >= 1.5x)",
+        "decode 41.0 tok/s against 40.0 tok/s: 1.02x (keep at >= 1.3x)",
     )
 
 

@@ -45,7 +45,7 @@ def test_a_failing_shortest_length_certifies_nothing():
 
 def test_the_passkey_gate_passes_up_to_the_certified_length_and_shows_the_intervals():
     gate = passkey_gate(grid((1024, 2, 2), (2048, 1, 2)))
-    assert (gate.passed, gate.detail) == (True, "passes up to 1024 tokens")
+    assert (gate.passed, gate.detail) == (True, "passes up to 1,024 tokens")
     assert gate.measured == ("1024: 2/2 [0.34, 1.00], 2048: 1/2 [0.09, 0.91]; "
                              "no-needle control: 0/2 made up a key")
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from effctx_core.bench.quality import NLLResult, PasskeyGrid
+from effctx_core.units import format_counted
 
 # At each certified length at least this share of the needles is found (the default
 # model found 13 of 13 keys at 0.5k-4k tokens with f16 K/V).
@@ -64,7 +65,7 @@ def passkey_gate(grid: PasskeyGrid) -> Gate:
     if limit is None:
         first = grid.lengths[0]
         return Gate("passkey", False, threshold, measured, f"found {first.found} of {first.trials} at {first.length} tokens")
-    return Gate("passkey", True, threshold, measured, f"passes up to {limit} tokens")
+    return Gate("passkey", True, threshold, measured, f"passes up to {format_counted(limit, 'token')}")
 
 
 def nll_gate(nll: NLLResult) -> Gate:

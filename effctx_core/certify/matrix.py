@@ -16,6 +16,7 @@ from effctx_core.certify.runner import profile_digest
 from effctx_core.certify.store import CertificateStore
 from effctx_core.contract import ModelInfo
 from effctx_core.profiles import Profile
+from effctx_core.units import format_counted
 
 CERTIFIED, UNCERTIFIED, FAILED, UNSUPPORTED = "certified", "uncertified", "failed", "unsupported"
 
@@ -37,7 +38,7 @@ class MatrixRow:
     def advertised(self) -> str:
         """What the cell may be said to hold."""
         if self.status == CERTIFIED:
-            return f"certified up to {self.certified_tokens} tokens"
+            return f"certified up to {format_counted(self.certified_tokens or 0, 'token')}"
         if self.status == FAILED and self.certificate is not None:
             return f"failed: {self.certificate['failed_gate']} gate"
         return self.status

@@ -56,6 +56,7 @@ from effctx_core.contract import ModelInfo
 from effctx_core.engine import SessionEngine
 from effctx_core.errors import EffctxError
 from effctx_core.profiles import Profile
+from effctx_core.units import format_counted
 
 ProgressFn = Callable[[str, int, int], None]
 NoteFn = Callable[[str], None]
@@ -369,7 +370,7 @@ class Certifier:
         if failed is not None:
             reason = f"{failed.name} gate failed: {failed.detail} ({failed.measured})"
         else:
-            reason = f"every gate passed; certified up to {certified} tokens"
+            reason = f"every gate passed; certified up to {format_counted(certified or 0, 'token')}"
             if skipped:
                 reason += "; " + "; ".join(f"{g.name} {g.detail}" for g in skipped)
         lengths = self.plan.lengths_for(profile)

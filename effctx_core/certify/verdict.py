@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from effctx_core.certify.matrix import Matrix, MatrixRow
 from effctx_core.certify.selection import SelectionError, mean_ttft
 from effctx_core.profiles import DEFAULT_PROFILE_NAME
+from effctx_core.units import format_count, format_counted, format_ms, format_rate
 
 TTFT_STEP = 2.0
 CONTEXT_STEP = 1.5
@@ -46,7 +47,7 @@ def _ttft(row: MatrixRow, baseline: MatrixRow) -> tuple[float | None, str]:
     base_ms = sum(base_means) / len(shared)
     ratio = base_ms / cell_ms if cell_ms else None
     shown = f"{ratio:.2f}x" if ratio is not None else "-"
-    return ratio, (f"TTFT {cell_ms:.0f} ms against {base_ms:.0f} ms on {', '.join(shared)}: {shown} lower "
+    return ratio, (f"TTFT {format_ms(cell_ms)} against {format_ms(base_ms)} on {', '.join(shared)}: {shown} lower "
                    f"(keep at >= {TTFT_STEP}x)")
 
 
@@ -55,13 +56,14 @@ def _verdict(row: MatrixRow, baseline: MatrixRow) -> Verdict:
     ttft, ttft_line = _ttft(row, baseline)
     mine, theirs = row.certified_tokens or 0, baseline.certified_tokens or 0
     context = mine / theirs if theirs else None
-    context_line = (f"certified context {mine} against {theirs} tokens: {context:.2f}x (keep at >= {CONTEXT_STEP}x)"
+    context_line = (f"certified context {format_count(mine)} against {format_counted(theirs, 'token')}: {context:.2f}x (keep at >= {CONTEXT_STEP}x)"
                     if context is not None else "certified context: the baseline has none")
     rate = row.certificate["throughput"]["engine"]["decode_tps"]
     base_rate = baseline.certificate["throughput"]["engine"]["decode_tps"]
     decode = rate / base_rate if base_rate else None
-    decode_line = (f"decode {rate:.1f} against {base_rate:.1f} tok/s: {decode:.2f}x (keep at >= {DECODE_STEP}x)"
-                   if decode is not None else "decode: the baseline has no rate")
+    decode_line = (f"decode {format_rate(rate)} against {format_rate(base_rate)}: {decode:.2f}x "
+                   f"(keep at >= {DECODE_STEP}x)" if rate and decode is not None else
+                   "decode: the baseline has no rate" if decode is None else "decode: this cell has no rate")
     steps = [name for name, value, step in (("TTFT", ttft, TTFT_STEP), ("certified context", context, CONTEXT_STEP),
                                             ("decode", decode, DECODE_STEP)) if value is not None and value >= step]
     quality = f"quality: {row.certificate['reason']}"
@@ -77,7 +79,7 @@ def verdicts(matrix: Matrix, baseline: str = DEFAULT_PROFILE_NAME) -> list[Verdi
         raise SelectionError(f"bench verdict: the baseline cell {baseline!r} is not certified on this machine; "
                              f"run `effctx certify --profile {baseline}`")
     out = [Verdict(baseline, base.cell.backend, "baseline",
-                   (f"the baseline: certified up to {base.certified_tokens} tokens",))]
+                   (f"the baseline: certified up to {format_counted(base.certified_tokens or 0, 'token')}",))]
     for row in matrix.rows:
         if row is base:
             continue

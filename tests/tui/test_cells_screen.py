@@ -145,17 +145,17 @@ async def test_the_cells_screen_shows_each_cells_standing_and_its_verdict(defaul
     async with app.run_test(size=(160, 40)) as pilot:
         cells, _tape = await _cells_after_one_turn(pilot, app)
         standing = {r.cell.profile: r.advertised for r in cells.rows}
-        assert standing["exact"] == "certified up to 1024 tokens"
+        assert standing["exact"] == "certified up to 1,024 tokens"
         assert {standing[p] for p in ("fast-long", "q8", "streaming", "ov-exact")} == {"uncertified"}
         assert {p: v.verdict for p, v in cells.verdicts.items() if p in ("exact", "q8")} == {
             "exact": "baseline", "q8": "no verdict"}
         table = cells.query_one(DataTable)
-        assert [str(v) for v in table.get_row_at(0)[2:4]] == ["certified up to 1024 tokens", "baseline"]
+        assert [str(v) for v in table.get_row_at(0)[2:4]] == ["certified up to 1,024 tokens", "baseline"]
         table.move_cursor(row=1)
         table.move_cursor(row=0)
         await pilot.pause()
         detail = str(cells.query_one("#cells-detail", Static).render())
-        assert "certified up to 1024 tokens: every gate passed up to 1024 tokens" in detail
+        assert "certified up to 1,024 tokens: every gate passed up to 1024 tokens" in detail
         assert "verdict: baseline" in detail
 
 
