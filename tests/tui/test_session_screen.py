@@ -48,7 +48,7 @@ async def test_keys_are_answered_while_a_long_prefill_runs(default_model):
         await until(lambda: prompt.value == "abc")
         assert screen.busy, "the prefill should still be running"
         await wait_for(pilot, lambda: screen.turns_done == 1)
-        assert "prefilled 2506" in status_text(screen)
+        assert "prefilled 2,506" in status_text(screen)
 
 
 async def test_a_missing_model_is_shown_as_one_error_line(tmp_path):
@@ -181,7 +181,8 @@ async def test_a_prefix_file_is_prefilled_once_then_restored_from_the_prefix_cac
             await pilot.press(*"Hello", "enter")
             await wait_for(pilot, lambda screen=screen: screen.turns_done == 1)
             reused.append(screen.last_result.reused)
-    assert re.fullmatch(rf"notes\.txt: {prefix_tokens} tokens prefilled in [\d,]+ ms, stored in the prefix cache", notes[0])
+    assert re.fullmatch(rf"notes\.txt: {prefix_tokens:,} tokens prefilled in [\d.,]+ m?s, stored in the prefix cache",
+                        notes[0])
     assert re.fullmatch(rf"notes\.txt: {prefix_tokens} tokens restored from the prefix cache in [\d,]+ ms", notes[1])
     assert reused == [prefix_tokens, prefix_tokens]
 
