@@ -58,3 +58,23 @@ class BackendUnavailableError(EffctxError):
 
 class Cancelled(EffctxError):
     """Long work stopped at a safe point because it was asked to."""
+
+
+class QueueFull(EffctxError):
+    """The engine's request queue holds as many jobs as it may: this one was refused at
+    once, never made to wait for room."""
+
+    def __init__(self, size: int):
+        self.size = size
+        super().__init__(f"the engine's queue is full ({size} requests waiting); try again when one has finished")
+
+    def __reduce__(self):
+        return type(self), (self.size,)
+
+
+class ServiceStopping(EffctxError):
+    """The engine service is stopping: the job was refused, or dropped from its queue unrun."""
+
+
+class EngineLoadFailed(EffctxError):
+    """The shared engine could not be opened; the message is the load's own one-line reason."""

@@ -6,6 +6,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from effctx_core.cancel import CancelToken
 from effctx_core.contract import PrefillProgress
 from effctx_core.engine.events import EventBus
 from effctx_core.engine.records import PrefillCancelled
@@ -16,6 +17,7 @@ class CancelGate:
     def __init__(self) -> None:
         self._event = threading.Event()
         self._open = False
+        self._bound: CancelToken | None = None
 
     def cancel(self) -> None:
         self._event.set()
@@ -26,7 +28,20 @@ class CancelGate:
 
     @property
     def requested(self) -> bool:
-        return self._event.is_set()
+        bound = self._bound
+        return self._event.is_set() or (bound is not None and bound.cancelled)
+
+    @contextmanager
+    def bound(self, token: CancelToken) -> Iterator[None]:
+        """While inside, `token` stops the work too. It is the job's own signal, so
+        `clear()` (a turn starting) leaves it set: a cancel that came before the job's
+        turn began still stops that turn, and when the job ends its token no longer
+        reaches the gate, so it can never stop the next job's work."""
+        outer, self._bound = self._bound, token
+        try:
+            yield
+        finally:
+            self._bound = outer
 
     @contextmanager
     def cancellable(self) -> Iterator[None]:
@@ -47,7 +62,7 @@ class CancelGate:
                 PrefillChunk, turn=turn, stage=p.stage, start=start + p.done - p.chunk_tokens,
                 tokens=p.chunk_tokens, done=p.done, total=p.total, ms=round(p.ms, 3),
             )
-            if self._open and self._event.is_set() and p.done < p.total:
+            if self._open and self.requested and p.done < p.total:
                 # Between two chunks the cache is consistent: what is done stays resident
                 # (past the tape, so the next turn drops it) and the work ends here.
                 raise PrefillCancelled(p.done, p.total)

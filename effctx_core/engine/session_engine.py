@@ -18,6 +18,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from effctx_core.backends.registry import get_backend
+from effctx_core.cancel import CancelToken
 from effctx_core.contract import ContextReport, DecodeConfig, ModelInfo, Session, SessionSnapshot
 from effctx_core.engine.cancel_gate import CancelGate
 from effctx_core.engine.cell import RunningCell
@@ -176,6 +177,15 @@ class SessionEngine:
         """Stop the running turn (its prefill between two chunks, its decode after the
         current token), a prefix load's prefill or a swap's recompute."""
         self._state.gate.cancel()
+
+    @contextmanager
+    def cancelled_by(self, token: CancelToken) -> Iterator[None]:
+        """Inside, `token` stops the engine's work as `cancel()` does, and only while
+        inside: a front end sharing the engine gives each job its own token, so the
+        cancel of one job never reaches another. Holds the lock: nothing else runs on
+        the engine while a job does."""
+        with self._lock, self._state.gate.bound(token):
+            yield
 
     # ------------------------------------------------------------------ turns
 
