@@ -34,17 +34,13 @@ def _ttft(row: MatrixRow, baseline: MatrixRow) -> tuple[float | None, str]:
     """Baseline mean TTFT over the cell's, over the workloads both measured with the same file."""
     assert row.certificate is not None and baseline.certificate is not None
     mine, theirs = row.certificate["workloads"], baseline.certificate["workloads"]
-    shared, cell_means, base_means = [], [], []
-    for n in sorted(n for n in mine if n in theirs and mine[n]["digest"] == theirs[n]["digest"]):
-        cell, base = mean_ttft(mine[n]), mean_ttft(theirs[n])
-        if cell is not None and base is not None:
-            shared.append(n)
-            cell_means.append(cell)
-            base_means.append(base)
-    if not shared:
+    means = {n: (cell, base) for n in sorted(mine) if n in theirs and mine[n]["digest"] == theirs[n]["digest"]
+             if (cell := mean_ttft(mine[n])) is not None and (base := mean_ttft(theirs[n])) is not None}
+    if not means:
         return None, "TTFT: no workload with a measured TTFT on both cells"
-    cell_ms = sum(cell_means) / len(shared)
-    base_ms = sum(base_means) / len(shared)
+    shared = list(means)
+    cell_ms = sum(cell for cell, _ in means.values()) / len(means)
+    base_ms = sum(base for _, base in means.values()) / len(means)
     ratio = base_ms / cell_ms if cell_ms else None
     shown = f"{ratio:.2f}x" if ratio is not None else "-"
     return ratio, (f"TTFT {format_ms(cell_ms)} against {format_ms(base_ms)} on {', '.join(shared)}: {shown} lower "
@@ -61,9 +57,13 @@ def _verdict(row: MatrixRow, baseline: MatrixRow) -> Verdict:
     rate = row.certificate["throughput"]["engine"]["decode_tps"]
     base_rate = baseline.certificate["throughput"]["engine"]["decode_tps"]
     decode = rate / base_rate if base_rate else None
-    decode_line = (f"decode {format_rate(rate)} against {format_rate(base_rate)}: {decode:.2f}x "
-                   f"(keep at >= {DECODE_STEP}x)" if rate and decode is not None else
-                   "decode: the baseline has no rate" if decode is None else "decode: this cell has no rate")
+    if decode is None:
+        decode_line = "decode: the baseline has no rate"
+    elif not rate:
+        decode_line = "decode: this cell has no rate"
+    else:
+        decode_line = (f"decode {format_rate(rate)} against {format_rate(base_rate)}: {decode:.2f}x "
+                       f"(keep at >= {DECODE_STEP}x)")
     steps = [name for name, value, step in (("TTFT", ttft, TTFT_STEP), ("certified context", context, CONTEXT_STEP),
                                             ("decode", decode, DECODE_STEP)) if value is not None and value >= step]
     quality = f"quality: {row.certificate['reason']}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-from rich.style import Style
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -62,8 +61,8 @@ def cell_settings(cell: Cell) -> dict[str, str]:
     }
 
 
-def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None, standing: Style) -> list[Text | str]:
-    """`standing`: the standing's style as the table draws it (rich_style of standing_style)."""
+def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None, standing: Text) -> list[Text | str]:
+    """`standing`: the certification cell, drawn by the table in its theme (CellsScreen._standing)."""
     cell = row.cell
     caps = cell.info.capabilities if cell.info else None
     name = Text(("● " if cell.profile == current else "  ") + cell.profile, style="bold" if cell.profile == current else "")
@@ -71,7 +70,7 @@ def cell_row(row: MatrixRow, current: str | None, verdict: Verdict | None, stand
     return [
         name,
         cell.backend,
-        Text(row.advertised, style=standing),
+        standing,
         verdict.verdict if verdict is not None else "-",
         format_count(cell.info.n_ctx) if cell.info else "-",
         settings["K/V"],
@@ -187,8 +186,7 @@ class CellsScreen(Screen):
         table.clear()
         current = self._current()
         for row in self.rows:
-            table.add_row(*cell_row(row, current, self.verdicts.get(row.cell.profile),
-                                    rich_style(table, standing_style(row))))
+            table.add_row(*cell_row(row, current, self.verdicts.get(row.cell.profile), self._standing(table, row)))
         profiles = [c.profile for c in self.cells]
         table.move_cursor(row=profiles.index(current) if current in profiles else 0)
         table.focus()
@@ -198,7 +196,12 @@ class CellsScreen(Screen):
         table = self.query_one(DataTable)
         column = COLUMNS.index("certification")
         for index, row in enumerate(self.rows):
-            table.update_cell_at(Coordinate(index, column), Text(row.advertised, style=rich_style(table, standing_style(row))))
+            table.update_cell_at(Coordinate(index, column), self._standing(table, row))
+
+    @staticmethod
+    def _standing(table: DataTable, row: MatrixRow) -> Text:
+        """The certification cell, in the theme's colour of its standing as the table draws it."""
+        return Text(row.advertised, style=rich_style(table, standing_style(row)))
 
     @on(DataTable.RowHighlighted)
     def _detail(self, event: DataTable.RowHighlighted) -> None:
