@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, AsyncIterator
 
 from textual import events
+from textual.pilot import Pilot
 from textual.widgets import Input, ProgressBar
 
 from effctx_tui.widgets.prompt_input import PromptInput
 from effctx_tui.widgets.status_line import StatusLine
+
+if TYPE_CHECKING:
+    from effctx_tui.app import EffctxApp
+    from effctx_tui.screens.session import SessionScreen
 
 
 async def wait_for(pilot, condition, seconds: float = 60.0) -> None:
@@ -17,6 +24,15 @@ async def wait_for(pilot, condition, seconds: float = 60.0) -> None:
             return
         await pilot.pause(0.02)
     raise AssertionError("condition not reached in time")
+
+
+@asynccontextmanager
+async def session_when_ready(app: EffctxApp, size: tuple[int, int]) -> AsyncIterator[tuple[Pilot, SessionScreen]]:
+    """`app` running headless at `size`, once its session screen's model is ready."""
+    async with app.run_test(size=size) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: screen.ready)
+        yield pilot, screen
 
 
 async def take_a_turn(pilot, screen, text: str) -> None:

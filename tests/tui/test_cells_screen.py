@@ -8,7 +8,7 @@ from textual.widgets import DataTable, Input, ProgressBar, Static
 
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.cells import CellsScreen
-from tests.helpers.pilot_wait import wait_for
+from tests.helpers.pilot_wait import session_when_ready, wait_for
 
 pytestmark = pytest.mark.model
 
@@ -45,9 +45,7 @@ async def test_the_cells_screen_lists_cells_and_swaps_the_conversation(default_m
 
 async def test_escape_during_a_swap_recompute_cancels_it_and_stays_on_the_running_cell(default_model):
     app = EffctxApp(max_tokens=1, checkpoints=None)
-    async with app.run_test(size=(140, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (140, 30)) as (pilot, screen):
         screen.query_one(Input).value = "The grass is green. " * 500
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen.turns_done == 1)

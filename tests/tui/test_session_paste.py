@@ -19,7 +19,7 @@ from effctx_tui.screens.prompt_file import PromptFileDialog
 from effctx_tui.widgets.prompt_input import PromptInput
 from effctx_tui.widgets.snapshot_details import node_details
 from effctx_tui.widgets.transcript import Transcript
-from tests.helpers.pilot_wait import opened_steady, start_a_long_prefill, until, wait_for
+from tests.helpers.pilot_wait import opened_steady, session_when_ready, start_a_long_prefill, until, wait_for
 
 NOTES = "Summarise these notes:\nThe grass is green.\nThe sky is blue."
 
@@ -33,9 +33,7 @@ async def test_a_pasted_text_reaches_the_model_the_tree_and_a_reopened_session_l
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     store = SnapshotStore(tmp_path / "store")
     app = EffctxApp(max_tokens=4, checkpoints=store, session_name="notes")
-    async with app.run_test(size=(120, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (120, 30)) as (pilot, screen):
         prompt = screen.query_one(PromptInput)
         prompt.post_message(events.Paste(NOTES + "\n"))
         await pilot.press("enter")  # right after the paste

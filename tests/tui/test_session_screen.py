@@ -13,14 +13,12 @@ from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree_file import list_sessions
 from effctx_tui.app import EffctxApp
 from effctx_tui.widgets.transcript import Transcript
-from tests.helpers.pilot_wait import start_a_long_prefill, status_text, take_a_turn, until, wait_for
+from tests.helpers.pilot_wait import session_when_ready, start_a_long_prefill, status_text, take_a_turn, until, wait_for
 
 
 async def test_a_prompt_streams_a_reply_and_fills_the_status_line(default_model):
     app = EffctxApp(max_tokens=16, checkpoints=None)
-    async with app.run_test(size=(120, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (120, 30)) as (pilot, screen):
         assert "no turn yet" in status_text(screen)
         await take_a_turn(pilot, screen, "What is the capital of France?")
         transcript = screen.query_one(Transcript)
@@ -63,9 +61,7 @@ async def test_a_missing_model_is_shown_as_one_error_line(tmp_path):
 
 async def test_ctrl_n_starts_a_new_conversation(default_model):
     app = EffctxApp(max_tokens=2, checkpoints=None)
-    async with app.run_test(size=(120, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (120, 30)) as (pilot, screen):
         await take_a_turn(pilot, screen, "Hello")
         await pilot.press("ctrl+n")
         assert len(screen.query_one(Transcript).children) == 0
@@ -90,9 +86,7 @@ async def test_the_residency_strip_and_screen_follow_a_streaming_session(default
         n_ctx=512, residency=ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=380, budget=384, block_size=4)
     )
     app = EffctxApp(profile=profile, max_tokens=2, checkpoints=None)
-    async with app.run_test(size=(120, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (120, 30)) as (pilot, screen):
         screen.query_one(Input).value = "The grass is green. " * 150
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen.turns_done == 1)
@@ -117,9 +111,7 @@ async def test_a_named_session_is_saved_and_reopened_where_it_was(default_model,
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     store = SnapshotStore(tmp_path / "store")
     app = EffctxApp(max_tokens=4, checkpoints=store, session_name="demo")
-    async with app.run_test(size=(120, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (120, 30)) as (pilot, screen):
         await pilot.press(*"Hello", "enter")
         await wait_for(pilot, lambda: screen.turns_done == 1 and "demo" in list_sessions())
         tape = app.engine.tape
@@ -207,9 +199,7 @@ BUDGET_768 = load_profile("exact").with_changes(
 
 async def test_the_residency_screen_steers_the_budget_and_recomputes_cold_blocks(default_model):
     app = EffctxApp(profile=BUDGET_768, max_tokens=1, checkpoints=None)
-    async with app.run_test(size=(120, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (120, 30)) as (pilot, screen):
         screen.query_one(Input).value = "The grass is green. " * 120
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen.turns_done == 1)
@@ -231,9 +221,7 @@ async def test_the_residency_screen_steers_the_budget_and_recomputes_cold_blocks
 
 async def test_an_error_raised_before_the_turn_starts_is_shown_in_the_transcript(default_model):
     app = EffctxApp(max_tokens=2, checkpoints=None)
-    async with app.run_test(size=(120, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (120, 30)) as (pilot, screen):
         app.engine.close()  # the session is gone: chat() fails before any turn starts
         await pilot.press(*"Hello", "enter")
         await wait_for(pilot, lambda: not screen.busy)

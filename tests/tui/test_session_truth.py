@@ -16,7 +16,7 @@ from effctx_core.profiles import DEFAULT_PROFILE
 from effctx_tui.app import EffctxApp
 from effctx_tui.screens.session import STRIP_NOTE, base_model_note
 from effctx_tui.widgets.transcript import Transcript
-from tests.helpers.pilot_wait import opened_steady, status_text, take_a_turn, wait_for
+from tests.helpers.pilot_wait import opened_steady, session_when_ready, status_text, take_a_turn, wait_for
 
 Q8 = load_profile("q8").with_changes(n_ctx=1024)
 
@@ -27,9 +27,7 @@ def notes(screen) -> list[str]:
 
 async def test_the_first_screen_says_what_the_strip_is_and_that_the_model_is_a_base_model(default_model):
     app = EffctxApp(max_tokens=2, checkpoints=None)
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (100, 30)) as (pilot, screen):
         model = app.engine.model_name
         assert notes(screen) == [STRIP_NOTE, base_model_note(model)]
         assert screen.sub_title == f"{model} · {DEFAULT_PROFILE.name} on llama · n_ctx {app.engine.n_ctx:,}"
@@ -37,9 +35,7 @@ async def test_the_first_screen_says_what_the_strip_is_and_that_the_model_is_a_b
 
 async def test_the_status_line_names_the_turns_cause_as_the_timings_screen_does(default_model):
     app = EffctxApp(max_tokens=4, checkpoints=None)
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (100, 30)) as (pilot, screen):
         await take_a_turn(pilot, screen, "Hello")
         assert status_text(screen).endswith(f" · {FIRST_TURN}")
         await take_a_turn(pilot, screen, "And then?")
@@ -49,9 +45,7 @@ async def test_the_status_line_names_the_turns_cause_as_the_timings_screen_does(
 
 async def test_after_a_swap_the_status_line_title_and_transcript_show_the_new_cell(default_model):
     app = EffctxApp(max_tokens=4, checkpoints=None)
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (100, 30)) as (pilot, screen):
         await take_a_turn(pilot, screen, "Hello")
         tape = len(app.engine.tape)
         await asyncio.to_thread(app.engine.swap, Q8)  # what the cells screen does, off the UI thread
@@ -67,9 +61,7 @@ async def test_after_a_swap_the_status_line_title_and_transcript_show_the_new_ce
 
 async def test_a_cancelled_swap_says_so_and_shows_the_cell_it_stayed_on(default_model):
     app = EffctxApp(max_tokens=2, checkpoints=None)
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = app.session_screen
-        await wait_for(pilot, lambda: screen.ready)
+    async with session_when_ready(app, (100, 30)) as (pilot, screen):
         screen.query_one("#prompt").value = "The grass is green. " * 150
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen.turns_done == 1)
