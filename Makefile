@@ -60,7 +60,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "Installing $(LLAMA_CPP_PYTHON) without a llama.cpp library of its own (effctx builds one: make llama-cpp)"
 	CMAKE_ARGS=-DLLAMA_BUILD=OFF $(BIN)/python -m pip install --progress-bar off --no-cache-dir --no-deps '$(LLAMA_CPP_PYTHON)'
 	@echo "Installing effctx and its dependencies"
-	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
+	$(BIN)/python -m pip install --progress-bar off -e '.[dev,bench]'
 	touch $(STAMP)
 
 clean:

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible endpoint: HTTP over the engine (`effctx api`)."""
