@@ -17,11 +17,11 @@ from effctx_core.engine.service import EngineService, Job, JobState, ServiceStat
 from effctx_core.errors import EffctxError, EngineLoadFailed, QueueFull, ServiceStopping
 from effctx_core.events.trace import Event, ModelProgress, TurnResult
 from effctx_core.profiles import Profile
+from tests.helpers.engine_jobs import WAIT, Blocker
 from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 PROFILE = Profile(name="service-test", n_ctx=2048)
 LONG = "The grass is green. " * 150  # 1,502 tokens: three prefill chunks of up to 512
-WAIT = 60.0  # seconds: a bound on every wait, never an expectation of speed
 QUEUE = 4
 
 
@@ -38,23 +38,6 @@ def service(tiny_model):
     svc.submit(lambda engine, token: None).future.result(WAIT)
     yield svc
     svc.stop(WAIT)
-
-
-class Blocker:
-    """A job that holds the worker until released or cancelled, so that what is
-    submitted meanwhile is queued behind it."""
-
-    def __init__(self, service: EngineService):
-        self.started = threading.Event()
-        self.release = threading.Event()
-        self.job = service.submit(self._run)
-        assert self.started.wait(WAIT)
-
-    def _run(self, engine: SessionEngine, token: CancelToken) -> bool:
-        self.started.set()
-        with token.forwarded_to(self.release.set):
-            assert self.release.wait(WAIT)
-        return token.cancelled
 
 
 def fresh_turn(prompt: str, max_tokens: int, on_event: Callable[[Event], None] | None = None,

@@ -104,6 +104,7 @@ class EngineService:
         self._load_error: BaseException | None = None
         self._progress: ModelProgress | None = None
         self._running: Job | None = None
+        self._engine: SessionEngine | None = None
         self._stopping = False
         # A daemon so that a job stuck in native code cannot keep the process alive after
         # stop() gave up waiting; stop() is the clean way out, and it waits for the job.
@@ -120,6 +121,12 @@ class EngineService:
     @property
     def state(self) -> ServiceState:
         return self._state
+
+    @property
+    def model_name(self) -> str | None:
+        """The loaded model's name, once it is loaded (its info does not change)."""
+        engine = self._engine
+        return engine.model_name if engine is not None and self._state is ServiceState.READY else None
 
     def _position(self, job: Job) -> int | None:
         with self._cond:
@@ -232,6 +239,7 @@ class EngineService:
             return None
         with self._cond:
             self._progress = None
+            self._engine = engine
             if not self._stopping:
                 self._state = ServiceState.READY
         return engine

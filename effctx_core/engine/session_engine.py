@@ -27,9 +27,10 @@ from effctx_core.engine.events import EventBus
 from effctx_core.engine.prefill import make_room, prefill, prefill_runs
 from effctx_core.engine.prefix_loader import PrefixLoader
 from effctx_core.engine.records import NodeRestore, PrefillCancelled, PrefixLoad, ScoreResult, SwapResult
+from effctx_core.engine.requests import RequestPrompt, RequestResult, RequestRunner
 from effctx_core.engine.state import EngineState
 from effctx_core.engine.swap import swap
-from effctx_core.engine.turns import TurnRunner
+from effctx_core.engine.turns import TurnExtras, TurnRunner
 from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.events.subscribers import Subscriber, Unsubscribe
 from effctx_core.events.trace import (
@@ -68,6 +69,7 @@ class SessionEngine:
         self._checkpointer = Checkpointer(self._state, checkpoints)
         self._turns = TurnRunner(self._state, self._checkpointer)
         self._prefix = PrefixLoader(self._state, self._checkpointer, prefix_cache)
+        self._requests = RequestRunner(self._state, self._checkpointer, self._turns)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ events
@@ -157,6 +159,19 @@ class SessionEngine:
     def residency_report(self) -> ResidencyReport:
         return self.residency.report()
 
+    def reopen(self) -> None:
+        """Open the running cell again after its session was poisoned (SessionFatalError):
+        the tree stays, the tape starts empty, and the next turn or request restores or
+        recomputes what it needs."""
+        with self._lock:
+            state = self._state
+            if state.cell is not None:
+                self._profile = state.cell.profile
+                state.cell.close()
+                state.cell = None
+            state.cell = RunningCell.open(self.model_path, self._profile)
+            state.tape, state.left = [], []
+
     def close(self) -> None:
         with self._lock:
             if self._state.cell is not None:
@@ -211,6 +226,22 @@ class SessionEngine:
             new = session.tokenize(text, add_bos=first and session.info.facts.add_bos, special=fmt.special_tokens)
             return self._turns.run(user_text, new, config, tuple(config.stop) + fmt.stop, Segment.USER,
                                    fmt.turn_opening)
+
+    def request(self, prompt: RequestPrompt, config: DecodeConfig = DecodeConfig(),
+                extras: TurnExtras = TurnExtras()) -> RequestResult:
+        """A client's whole prompt, served from the cheapest start the engine holds (the
+        tape, a stored state, or nothing) and answered as a turn; its node keeps the state."""
+        with self._lock, self._reported():
+            return self._requests.run(prompt, config, extras)
+
+    def set_tree(self, tree: SnapshotTree) -> None:
+        """Go on with a tree kept from an earlier run (the endpoint's conversations); the
+        session's tape starts empty, and a request restores what it needs."""
+        with self._lock:
+            self._state.tree = tree
+            self._state.left, self._state.tape = self._state.tape or self._state.left, []
+            if self._state.cell is not None:
+                self._state.tracker.reset()
 
     def score(self, text: str) -> ScoreResult:
         """Teacher-forced scoring: `text` (tokenized with BOS, as `complete` does) prefilled

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Sequence
 
-from effctx_core.contract import DecodeConfig, PrefixStatus
+from effctx_core.contract import DecodeConfig, PrefixStatus, TokenChunk
 from effctx_core.engine.checkpoints import Checkpointer
 from effctx_core.engine.prefill import make_room, prefill
 from effctx_core.engine.records import PrefillCancelled
@@ -17,6 +18,7 @@ from effctx_core.engine.state import EngineState
 from effctx_core.errors import ContextOverflowError
 from effctx_core.events.trace import PrefixChecked, RuntimeCounted, TokenDecoded, TurnFinished, TurnResult, TurnStarted
 from effctx_core.residency import ResidencyReport, Segment
+from effctx_core.residency.tracker import SegmentRun
 from effctx_core.snapshots.tree import TurnText
 from effctx_core.units import ms_between, ms_since
 
@@ -42,13 +44,27 @@ class _Reply:
     cut: int | None = None  # where in `text` a stop string begins
 
 
+@dataclass(frozen=True)
+class TurnExtras:
+    """What a request adds to a turn: its prompt's segments (system, tools, each message)
+    in place of one kind, a callback per decoded token (a stream), and what its node in
+    the tree records besides the turn's own figures."""
+
+    runs: Sequence[SegmentRun] = ()  # cover the tape from its start to the prompt's end
+    on_token: Callable[[TokenChunk], None] | None = None
+    label: str | None = None
+    # What the node records besides, from the finished turn (a client's reply as it will
+    # send it back can only be known once the reply is).
+    metrics: Callable[[TurnResult], Mapping[str, object]] | None = None
+
+
 class TurnRunner:
     def __init__(self, state: EngineState, checkpointer: Checkpointer):
         self._state = state
         self._checkpointer = checkpointer
 
     def run(self, input_text: str, new: list[int], config: DecodeConfig, stop: tuple[str, ...], kind: Segment,
-            opening: str | None) -> TurnResult:
+            opening: str | None, extras: TurnExtras = TurnExtras()) -> TurnResult:
         state = self._state
         session, tracker = state.session, state.tracker
         state.gate.clear()
@@ -78,8 +94,13 @@ class TurnRunner:
                 del state.tape[:]
                 tracker.truncate(0)
             return self._cancelled(turn, cancelled, t_start, shared)
+        if extras.runs and not tracker.evicts:
+            # The prompt went in as one kind; the tracker learns its real segments.
+            tracker.truncate(0)
+            for run in extras.runs:
+                tracker.append(run.kind, run.tokens, turn)
         t_prefilled = time.perf_counter_ns()
-        reply = self._decode(turn, fitted, stop, asked=config.max_tokens)
+        reply = self._decode(turn, fitted, stop, config.max_tokens, extras.on_token)
         self._settle(reply, opening)
         t_end = time.perf_counter_ns()
         result = self._result(reply, prefix, prefix.prefilled + suffix_prefilled, gone_before,
@@ -89,7 +110,8 @@ class TurnRunner:
         if counts is not None:
             state.bus.emit(RuntimeCounted, turn=turn, counts=counts, agree=counts.agree)
         said = TurnText(input_text, result.text)
-        self._checkpointer.checkpoint("turn", said.label, said, {
+        extra = extras.metrics(result) if extras.metrics is not None else {}
+        self._checkpointer.checkpoint("turn", extras.label or said.label, said, {**extra,
             "reused": result.reused, "prefilled": result.prefilled, "generated": result.generated,
             "ttft_ms": None if result.ttft_ms is None else round(result.ttft_ms, 3), "prefill_tps": round(result.prefill_tps, 2),
             "decode_tps": round(result.decode_tps, 2),
@@ -109,7 +131,8 @@ class TurnRunner:
             raise ContextOverflowError("prefill", cached, new, n_ctx)
         return replace(config, max_tokens=min(config.max_tokens, room), stop=())
 
-    def _decode(self, turn: int, config: DecodeConfig, stop: tuple[str, ...], asked: int) -> _Reply:
+    def _decode(self, turn: int, config: DecodeConfig, stop: tuple[str, ...], asked: int,
+                on_token: Callable[[TokenChunk], None] | None) -> _Reply:
         state = self._state
         if config.max_tokens <= 0:  # nothing to decode: asked for none, or the context has no room left
             return _Reply("n_ctx" if asked > 0 else "max_tokens")
@@ -129,6 +152,8 @@ class TurnRunner:
                 reply.text += chunk.text
                 state.bus.emit(TokenDecoded, turn=turn, index=chunk.index, token=chunk.token, text=chunk.text,
                                ms=chunk.ms)
+                if on_token is not None:
+                    on_token(chunk)
                 if tracker.evicts:
                     # The token is evaluated when the loop resumes the decoder: slide the
                     # window first if it would not fit, making room for slide_tokens at once.

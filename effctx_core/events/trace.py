@@ -232,6 +232,22 @@ class NodeRestored(Event):
 
 
 @dataclass(frozen=True)
+class RequestRouted(Event):
+    """Where a request (a whole prompt from a client) started: the route the engine chose
+    among the resident tape, stored states and nothing, and the prompt tokens it shared."""
+
+    kind: ClassVar[str] = "request_routed"
+    turn: int  # the turn that serves the request
+    route: str  # a RouteKind value
+    shared: int
+    prompt_tokens: int
+    key: str = ""  # the store entry restored
+    node: str = ""  # the tree node holding that entry
+    ms: float = 0.0  # the restore
+    reason: str = ""  # why a stored state was not used, when one was refused
+
+
+@dataclass(frozen=True)
 class CellSwapped(Event, CellResidency):
     kind: ClassVar[str] = "swap"
     old_profile: str
