@@ -8,19 +8,25 @@ the plain transcript too, and `chat_format_report` says why.
 Either format exposes what the engine needs for a turn: `render_turn` (the text the turn
 appends to the tape), `stop`, `turn_opening`, `special_tokens`, and `identity`, which
 the runtime identity records so states never mix across formats.
+
+The endpoint's OpenAI-style conversations (tools, tool calls, tool results) are rendered
+in the same environment by transcript_messages, which also maps a prompt's segments.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jinja2.ext
+import jinja2.nodes
+import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from effctx_core.contract import ModelFacts
@@ -136,6 +142,13 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def failure_reason(exc: BaseException) -> str:
+    """One line on why a template failed: its own message when it refused
+    (raise_exception), else the error's type and message (a template is untrusted code,
+    anything can go wrong in it)."""
+    return str(exc) if isinstance(exc, ChatTemplateError) else f"{type(exc).__name__}: {_one_line(str(exc))}"
+
+
 def _raise_exception(message: str) -> None:
     # Templates call raise_exception("...") to refuse a conversation (no system role,
     # roles that do not alternate); the message becomes the fallback's reason.
@@ -146,13 +159,42 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    # Jinja's own tojson escapes <, >, & and ' for HTML, which would change every tool
+    # schema a template writes; templates are written against Transformers' filter.
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """{% generation %}...{% endgeneration %} renders its body: Transformers uses the tag to
+    mark the assistant's tokens for training masks, which a prompt has no use for."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> list[jinja2.nodes.Node]:
+        next(parser.stream)  # the tag's name
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
 # As llama-cpp-python's Jinja2ChatFormatter and Transformers render chat templates: a
 # sandbox (a template is data from the model file, and must not reach Python objects),
-# trim_blocks and lstrip_blocks, {% break %}/{% continue %}, raise_exception and strftime_now.
+# trim_blocks and lstrip_blocks, {% break %}/{% continue %}, {% generation %},
+# raise_exception, strftime_now and their tojson.
 _ENVIRONMENT = ImmutableSandboxedEnvironment(
-    loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols],
+    loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True,
+    extensions=[jinja2.ext.loopcontrols, _GenerationTag],
 )
 _ENVIRONMENT.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+_ENVIRONMENT.filters["tojson"] = _tojson
+
+
+@functools.lru_cache(maxsize=16)
+def compile_template(source: str) -> jinja2.Template:
+    """The template compiled in the sandbox, once per source: the endpoint renders it for
+    every request, and every prefix of a request for its segment map."""
+    return _ENVIRONMENT.from_string(source)
+
 
 # Message contents no template writes by itself, to find where the real contents go.
 _USER_1 = "\ue000effctx-user-1\ue000"
@@ -215,8 +257,7 @@ def _template_report(source: str, bos: str, eos: str, add_bos: bool) -> tuple[Tu
     try:
         fmt = _derive(source, bos, eos, add_bos)
     except Exception as exc:  # noqa: BLE001 - the template is untrusted code: any failure means "not usable"
-        why = str(exc) if isinstance(exc, ChatTemplateError) else f"{type(exc).__name__}: {_one_line(str(exc))}"
-        return PLAIN_TRANSCRIPT, f"the model's chat template is not used ({why}); {PLAIN_TRANSCRIPT.name}"
+        return PLAIN_TRANSCRIPT, f"the model's chat template is not used ({failure_reason(exc)}); {PLAIN_TRANSCRIPT.name}"
     return fmt, f"the model's chat template ({fmt.identity})"
 
 
