@@ -188,7 +188,7 @@ def test_bench_cell_reports_throughput_beside_the_passkey_smoke(default_model):
 
 def test_bench_help_lists_every_bench_command_and_each_runs_its_own_help():
     listed = effctx("bench", "--help").stdout
-    names = ("residency", "keys", "overhead", "cell", "ttft", "run", "verdict", "planner", "prefix-index")
+    names = ("residency", "keys", "overhead", "cell", "ttft", "run", "api", "verdict", "planner", "prefix-index")
     assert all(f"    {name} " in listed for name in names), listed
     for name in names:
         out = effctx("bench", name, "--help")

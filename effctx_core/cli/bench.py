@@ -1,4 +1,4 @@
-"""`effctx bench overhead|cell|ttft|run|verdict|planner|prefix-index` (and the console's `residency` and
+"""`effctx bench overhead|cell|ttft|run|api|verdict|planner|prefix-index` (and the console's `residency` and
 `keys`, which its entry point hands in): throughput figures, with the quality beside them."""
 
 from __future__ import annotations
@@ -8,9 +8,12 @@ import json
 import sys
 from typing import Callable, Mapping
 
+from effctx_core.bench.api_run import SERVERS
 from effctx_core.cli.options import (
+    AUTO_PROFILE,
     COUNT,
     add_runtime_options,
+    number,
     number_list,
     prepared_model,
     profile_from_args,
@@ -63,6 +66,23 @@ def add_parser(sub, front_ends: Mapping[str, FrontEndBench] | None = None) -> No
                                "build on the profile's settings (default: the profile's own library)")
     workload.add_argument("--json", action="store_true")
 
+    api = bench_sub.add_parser("api", help="OpenAI-compatible servers (effctx api, llama-server, llama-cpp-python's "
+                                             "server) on the same model, one at a time: TTFT and reported prompt "
+                                             "caching over agents' conversations")
+    # Not `workload`: --profile auto reads that as the certified workload to choose a cell for.
+    api.add_argument("api_workload", metavar="WORKLOAD", help="two-agents or many-agents")
+    add_runtime_options(api)
+    api.add_argument("--servers", default=",".join(SERVERS), metavar="S,S,…",
+                     help=f"the servers, in this order; the others are compared with the first "
+                          f"(default: {','.join(SERVERS)})")
+    api.add_argument("--turns", type=COUNT, metavar="N", help="turns a conversation (default: the workload's)")
+    api.add_argument("--max-tokens", type=COUNT, metavar="N", help="tokens a reply (default: the workload's, 16)")
+    api.add_argument("--restart", action="store_true",
+                     help="restart every server before every request but the first (effctx keeps its state folder)")
+    api.add_argument("--ready-timeout", type=number(float, above=0), default=120.0, metavar="S",
+                     help="seconds a server may take to load its model (default 120)")
+    api.add_argument("--json", metavar="FILE", help="also write the records to FILE as JSON")
+
     verdict = bench_sub.add_parser("verdict", help="keep or drop each certified cell against the baseline cell, "
                                                     "with the evidence")
     add_runtime_options(verdict)
@@ -107,6 +127,8 @@ def _measure(args: argparse.Namespace) -> int:
         return cmd_bench_ttft(args)
     if args.bench == "run":
         return cmd_bench_run(args)
+    if args.bench == "api":
+        return cmd_bench_api(args)
     from effctx_core.bench.overhead import run_overhead
 
     profile = profile_from_args(args)
@@ -236,6 +258,34 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
         for line in summary_lines(report):
             console.print(line, highlight=False)
     print(curve_text(reports, width=min(console.width, 100), color=sys.stdout.isatty()))
+    return 0
+
+
+def cmd_bench_api(args: argparse.Namespace) -> int:
+    """Every server on the workload in turn, then one table of every request on each."""
+    from dataclasses import replace
+
+    from effctx_core.atomic import atomic_write_bytes
+    from effctx_core.bench.api_run import ApiBenchSettings, api_table, check_servers, run_api_bench, summary_lines
+    from effctx_core.bench.api_workload import load_api_workload
+    from effctx_core.user_files import check_output_file
+
+    workload = load_api_workload(args.api_workload)
+    changes = {name: value for name in ("turns", "max_tokens") if (value := getattr(args, name)) is not None}
+    workload = replace(workload, **changes)
+    servers = check_servers(args.servers)
+    json_path = check_output_file(args.json, "JSON file") if args.json else None
+    profile = profile_from_args(args)
+    settings = ApiBenchSettings(prepared_model(args, profile), profile.name if args.profile in (None, AUTO_PROFILE)
+                                else args.profile, profile.n_ctx, profile.n_threads, args.restart, args.ready_timeout)
+    with step_progress(False) as progress:
+        report = run_api_bench(workload, servers, settings, progress)
+    if json_path is not None:
+        atomic_write_bytes(json_path, json.dumps(report.to_dict(), indent=2).encode())
+    console = stdout_console()
+    console.print(api_table(report))
+    for line in summary_lines(report):
+        console.print(line, highlight=False)
     return 0
 
 
