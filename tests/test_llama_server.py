@@ -390,6 +390,26 @@ def test_replies_and_scores_match_the_llama_backend_token_for_token(tmp_path):
     np.testing.assert_allclose(my_scores[1:], their_scores[1:], rtol=0, atol=1e-3)
 
 
+def test_decode_logprobs_match_the_llama_backend_token_for_token(tmp_path):
+    """Byte tokens the server streams without their probabilities included: those are
+    read from every token's, asked for at the same position."""
+    tiny = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    replies = {}
+    for backend in (BACKEND, LlamaBackend()):
+        session = backend.open(tiny, Profile(name="tiny", backend=backend.name, n_ctx=512, n_batch=64, threads=1))
+        try:
+            session.ensure_prefix(session.tokenize("the quick brown fox", True))
+            replies[backend.name] = list(session.decode(DecodeConfig(max_tokens=60, logprobs=3)))
+            text = session.detokenize([c.token for c in replies[backend.name]])
+        finally:
+            session.close()
+    mine, theirs = replies["llama-server"], replies["llama"]
+    assert "\ufffd" in text  # the reply has a byte token that is no character by itself
+    assert [(c.token, [i for i, _ in c.top]) for c in mine] == [(c.token, [i for i, _ in c.top]) for c in theirs]
+    np.testing.assert_allclose([[c.logprob] + [v for _, v in c.top] for c in mine],
+                               [[c.logprob] + [v for _, v in c.top] for c in theirs], rtol=0, atol=1e-3)
+
+
 # --------------------------------------------------------------------------- bad servers
 
 

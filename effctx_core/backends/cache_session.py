@@ -13,6 +13,7 @@ import numpy as np
 from effctx_core.backends.tape import Tape
 from effctx_core.contract import (
     ContextReport,
+    DecodeConfig,
     ModelFacts,
     ModelInfo,
     PrefixStatus,
@@ -209,6 +210,16 @@ class CacheSession:
             raise SessionFatalError("the session is closed")
         if self._poisoned:
             raise SessionFatalError(f"the session is poisoned ({self._poisoned}); reopen it")
+
+    def _check_decode(self, config: DecodeConfig) -> None:
+        """A decode asking for what the capabilities do not claim is refused before a
+        token is decoded, with the capability's reason: never quietly ignored."""
+        self._check_usable()
+        caps = self._info.capabilities
+        if config.grammar is not None and not caps.constrained_decoding.supported:
+            raise UnsupportedFeatureError(f"no constrained decoding here: {caps.constrained_decoding.reason}")
+        if config.logprobs is not None and not caps.decode_logprobs.supported:
+            raise UnsupportedFeatureError(f"no decode logprobs here: {caps.decode_logprobs.reason}")
 
     def _check_restorable(self, snapshot: SessionSnapshot) -> None:
         """A snapshot of another runtime identity, or longer than the context, is refused

@@ -39,6 +39,20 @@ def token_logprobs(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return out
 
 
+def next_token_logprobs(logits: np.ndarray, token: int, k: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """log softmax(logits)[token] in float64 over the full vocabulary, and the k likeliest
+    tokens as (id, log-probability), likeliest first (ties by id)."""
+    shifted = logits.astype(np.float64)
+    shifted -= shifted.max()
+    log_total = np.log(np.exp(shifted).sum())
+    k = min(k, len(shifted))
+    if k == 0:
+        return float(shifted[token] - log_total), ()
+    ids = np.argpartition(-shifted, k - 1)[:k]
+    ids = ids[np.lexsort((ids, -shifted[ids]))]
+    return float(shifted[token] - log_total), tuple((int(i), float(shifted[i] - log_total)) for i in ids)
+
+
 class Sampler(Protocol):
     """What a session samples with (a backend's own type); freed when the reply ends."""
 
@@ -54,7 +68,7 @@ class _LogitsSession(Protocol):
     # The next-token logits belong to the resident tape as it is now.
     _logits_ok: bool
 
-    def _check_usable(self) -> None: ...
+    def _check_decode(self, config: DecodeConfig) -> None: ...
 
     def _eval(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> float: ...
 
@@ -87,28 +101,32 @@ class InProcessDecode:
         A consumer that stops early leaves the last token it received pending: it is
         part of the tape and is evaluated by the next prefill.
         """
-        self._check_usable()
+        self._check_decode(config)
         tape = self._tape
-        if tape.pending:
-            self.prefill_suffix([])
-        if not self._logits_ok:
-            if not tape.resident:
-                raise EffctxError("nothing to decode from: the session holds no tokens")
-            self._refresh_logits()
-        sampler = self._open_sampler(config)
+        if not tape.resident and not tape.pending:
+            raise EffctxError("nothing to decode from: the session holds no tokens")
         text = self._vocabulary.text_decoder()
+        # Opened before anything is evaluated: a grammar llama.cpp refuses leaves the
+        # session as it was.
+        sampler = self._open_sampler(config)
         try:
+            if tape.pending:
+                self.prefill_suffix([])
+            if not self._logits_ok:
+                self._refresh_logits()
             for index in range(config.max_tokens):
                 t0 = time.perf_counter_ns()
                 token = self._next_token(sampler)
+                logprob, top = (next_token_logprobs(self._next_logits(), token, config.logprobs)
+                                if config.logprobs is not None else (None, ()))
                 if self._vocabulary.is_eog(token):
-                    yield TokenChunk(token, text.flush(), index, ms_since(t0), "eog")
+                    yield TokenChunk(token, text.flush(), index, ms_since(t0), "eog", logprob, top)
                     return
                 tape.pending = [token]
                 stop = tape.stop_reason(index, config)
                 piece = text.feed(token) + (text.flush() if stop else "")
                 sample_ms = ms_since(t0)
-                yield TokenChunk(token, piece, index, sample_ms, stop)
+                yield TokenChunk(token, piece, index, sample_ms, stop, logprob, top)
                 if len(tape.resident) >= tape.n_ctx:
                     if config.slide:
                         raise ContextOverflowError("decode", len(tape.resident), 1, tape.n_ctx)

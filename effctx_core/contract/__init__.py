@@ -10,6 +10,7 @@ import X` reads any of them.
 from effctx_core.contract.backend import Backend
 from effctx_core.contract.baseline import Baseline, BaselineRun
 from effctx_core.contract.records import (
+    MAX_TOP_LOGPROBS,
     MODELED,
     OBSERVED,
     Capabilities,
@@ -39,7 +40,7 @@ from effctx_core.contract.records import (
 from effctx_core.contract.session import ProgressSink, ResidencyExecutor, Session
 
 __all__ = [
-    "MODELED", "OBSERVED", "Backend", "Baseline", "BaselineRun", "CapacityReport", "CapacityRow", "Capabilities", "Capability", "ContextLimit", "ContextReport",
+    "MAX_TOP_LOGPROBS", "MODELED", "OBSERVED", "Backend", "Baseline", "BaselineRun", "CapacityReport", "CapacityRow", "Capabilities", "Capability", "ContextLimit", "ContextReport",
     "DecodeConfig", "DeviceShare", "ModelFacts", "ModelInfo", "PrefillProgress", "PrefixCause", "PrefixStatus",
     "ProgressSink", "RangeAction", "ResidencyExecutor", "ResidencyMap", "RuntimeCounts", "RuntimeEviction", "ScoredSuffix",
     "Session", "SessionSnapshot", "StateCosts", "SuffixStatus", "TokenChunk", "describe_prefix",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, ClassVar, Final, Literal, Mapping, Sequence
 
+from effctx_core.errors import EffctxError
 from effctx_core.identity import RuntimeIdentity
 
 if TYPE_CHECKING:
@@ -66,6 +67,12 @@ class Capabilities:
     # A K or V cache element type below 16 bits.
     quantized_k: Capability
     quantized_v: Capability
+    # A decode constrained to a GBNF grammar (DecodeConfig.grammar): what structured
+    # output and forced tool calls need.
+    constrained_decoding: Capability
+    # Each decoded token's log-probability and its likeliest alternatives
+    # (DecodeConfig.logprobs, TokenChunk.logprob and .top).
+    decode_logprobs: Capability
     # The shortest exact cut of the cache: None, any position; N, only positions at least
     # N past the oldest position the windowed layers still hold.
     rollback_floor: int | None
@@ -76,7 +83,7 @@ class Capabilities:
 
     FLAGS: ClassVar[tuple[str, ...]] = (
         "position_shift", "state_snapshot", "exact_snapshot", "attention_scores", "token_scores", "quantized_k",
-        "quantized_v",
+        "quantized_v", "constrained_decoding", "decode_logprobs",
     )
 
     def flags(self) -> dict[str, Capability]:
@@ -278,6 +285,10 @@ class ScoredSuffix:
     logprobs: np.ndarray = field(compare=False)
 
 
+# The most alternatives a decoded token carries: OpenAI's top_logprobs bound.
+MAX_TOP_LOGPROBS: Final = 20
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     max_tokens: int = 64
@@ -288,6 +299,17 @@ class DecodeConfig:
     # The caller makes room between tokens (a sliding residency policy): do not stop
     # when the cache is full, the next token will have a slot.
     slide: bool = False
+    # GBNF text whose start rule is `root`: the reply is constrained to it, and ends once
+    # the grammar is complete. Only where the capabilities claim constrained_decoding.
+    grammar: str | None = None
+    # None: off; k in 0..MAX_TOP_LOGPROBS: each TokenChunk carries its token's
+    # log-probability and the k likeliest tokens'. Only where the capabilities claim
+    # decode_logprobs.
+    logprobs: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise EffctxError(f"logprobs must be between 0 and {MAX_TOP_LOGPROBS}, not {self.logprobs}")
 
     @property
     def greedy(self) -> bool:
@@ -303,6 +325,11 @@ class TokenChunk:
     index: int
     ms: float
     stop_reason: str | None = None
+    # With DecodeConfig.logprobs: log p(token) under the model's raw distribution (the
+    # log-softmax of its logits, before any grammar, temperature or top-p), and the k
+    # likeliest tokens as (id, log-probability), likeliest first.
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ SCORED = ResidencyConfig(policy="scored", sink_tokens=32, recent_tokens=96, budg
 def test_every_flag_says_why_it_has_its_value(session):
     caps = session.info.capabilities
     assert set(caps.flags()) == {"position_shift", "state_snapshot", "exact_snapshot", "attention_scores",
-                                 "token_scores", "quantized_k", "quantized_v"}
+                                 "token_scores", "quantized_k", "quantized_v", "constrained_decoding",
+                                 "decode_logprobs"}
     assert all(cap.reason.strip() for cap in caps.flags().values())
     assert caps.rollback_reason.strip()
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import os
 import signal
+import tempfile
 import threading
 from collections import deque
 from contextlib import contextmanager
@@ -27,7 +29,7 @@ from effctx_core.errors import ModelFileError
 _init_lock = threading.Lock()
 _initialised = False
 _log_lines: deque[str] = deque(maxlen=64)
-_GGML_LOG_ERROR = 3
+_GGML_LOG_ERROR = 4  # ggml_log_level: 3 is WARN
 # Every line llama.cpp logs while `all_log_lines` is open (None when it is not).
 _all_lines: list[str] | None = None
 
@@ -74,6 +76,28 @@ def llama_error_reason(default: str) -> str:
 
 def clear_llama_errors() -> None:
     _log_lines.clear()
+
+
+_stderr_lock = threading.Lock()
+
+
+@contextmanager
+def stderr_written() -> Iterator[bytearray]:
+    """What is written to file descriptor 2 inside the block (filled in when it ends),
+    kept from the terminal. llama.cpp says why it refuses some inputs with fprintf(stderr)
+    rather than through its log callback, and the console draws on that descriptor: keep
+    the block to the one call that may write."""
+    written = bytearray()
+    with _stderr_lock, tempfile.TemporaryFile() as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield written
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            written += sink.read()
 
 
 @dataclass

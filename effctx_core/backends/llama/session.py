@@ -142,6 +142,10 @@ class LlamaSession(InProcessDecode, CacheSession):
                 "flash attention is on" if fa
                 else "needs flash attention: llama.cpp refuses a quantized V cache without it"
             )),
+            constrained_decoding=Capability(True, "llama.cpp's grammar sampler (GBNF) runs before effctx's sampler "
+                                                  "chain"),
+            decode_logprobs=Capability(True, "the next-token logits are in this process: their log-softmax over "
+                                             "the vocabulary, in float64"),
             rollback_floor=floor,
             rollback_reason=floor_reason,
             residency_map=ResidencyMap(OBSERVED, "effctx's executor edits the cache and knows each block it holds"),
@@ -318,7 +322,7 @@ class LlamaSession(InProcessDecode, CacheSession):
     # ------------------------------------------------------------------ sampling
 
     def _open_sampler(self, config: DecodeConfig) -> Sampler:
-        return Sampler(config)
+        return Sampler(config, self._model.vocab)
 
     def _next_token(self, sampler: Sampler) -> int:
         if self._logits_override is not None:

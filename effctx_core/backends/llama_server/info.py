@@ -45,6 +45,13 @@ def capabilities(vocab: LoadedModel, profile: Profile, snapshots: str | None) ->
         quantized_k=Capability(True, f"llama-server takes {', '.join(QUANTIZED_TYPES)} for K (-ctk)"),
         quantized_v=Capability(fa, "flash attention is on (-ctv)" if fa
                                else "needs flash attention: llama.cpp refuses a quantized V cache without it"),
+        constrained_decoding=Capability(False, "llama-server streams no id for a token whose text ends inside a "
+                                               "UTF-8 character, so effctx goes on after it with a new request, and "
+                                               "the server starts a request's grammar again from its root"),
+        decode_logprobs=Capability(True, "llama-server reports each sampled token's log-probability and its "
+                                         "likeliest alternatives from the raw logits (n_probs, post_sampling_probs "
+                                         "off); for a token it streams without them (its text ends inside a UTF-8 "
+                                         "character), one request more asks for every token's"),
         rollback_floor=None,
         rollback_reason="the server decides: it cuts its slot where a prompt diverges, and where its sliding-window "
                         "cache cannot be cut there it re-evaluates more; timings.cache_n, reported as reused, says "

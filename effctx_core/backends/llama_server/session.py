@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence
 import numpy as np
 
 from effctx_core.backends.cache_session import CacheSession, TextDecoder
+from effctx_core.backends.decode_loop import next_token_logprobs
 from effctx_core.backends.gguf.runtime import LoadedModel
 from effctx_core.backends.llama_server.client import Event, EventStream, ServerError, ServerRefusal
 from effctx_core.backends.llama_server.connection import ServerConnection
@@ -50,6 +51,15 @@ if TYPE_CHECKING:
 _FORCE_BIAS = 1e9
 # What the server writes for a probability of 0 (its float's lowest), instead of -inf.
 _ZERO_PROBABILITY = -1e37
+
+# A token's log-probability and its likeliest alternatives, as a TokenChunk carries them.
+_Scores = tuple[float | None, tuple[tuple[int, float], ...]]
+_NO_SCORES: _Scores = (None, ())
+
+
+def _logprob(value: Any) -> float:
+    number = float(value)
+    return -math.inf if number <= _ZERO_PROBABILITY else number
 
 
 @dataclass
@@ -207,6 +217,10 @@ class LlamaServerSession(CacheSession):
         then a seeded draw; every other sampler of the server's chain is left out."""
         body: dict[str, Any] = {"prompt": prompt, "n_predict": n_predict, "cache_prompt": True,
                                 "id_slot": self._server_slot.index, "return_tokens": True}
+        if config.logprobs is not None:
+            # From the raw logits, as effctx's own decode loop computes them; the server
+            # reports nothing at all with n_probs 0, so k = 0 asks for one and drops it.
+            body.update(n_probs=max(config.logprobs, 1), post_sampling_probs=False)
         if config.greedy:
             return {**body, "temperature": 0.0, "samplers": ["temperature"]}
         body.update(temperature=config.temperature, top_p=config.top_p, min_keep=1, samplers=["top_p", "temperature"])
@@ -224,7 +238,7 @@ class LlamaServerSession(CacheSession):
         held token is asked for alone (not streamed: the answer carries its id), and a new
         stream goes on after it. Closing the generator early drops the stream and leaves
         the last token handed out pending."""
-        self._check_usable()
+        self._check_decode(config)
         tape = self._tape
         if not tape.resident and not tape.pending:
             raise EffctxError("nothing to decode from: the session holds no tokens")
@@ -281,10 +295,12 @@ class LlamaServerSession(CacheSession):
                     ids = [int(t) for t in data.get("tokens") or []]
                     if n_decoded > len(taken) + len(ids):
                         return True
-                    for token in ids:
+                    probs = data.get("completion_probabilities")
+                    for j, token in enumerate(ids):
                         taken.append(token)
                         server_count = n_decoded
-                        yield from self._hand_out(token, ms_since(t_event), reply, drain)
+                        scores = self._streamed_scores(probs, j, token, reply.config)
+                        yield from self._hand_out(token, ms_since(t_event), reply, drain, scores)
                         if reply.ended:
                             return False
                         t_event = time.perf_counter_ns()
@@ -321,9 +337,30 @@ class LlamaServerSession(CacheSession):
         if not isinstance(tokens, list) or len(tokens) != 1:
             raise self._poison("llama-server answered a one-token request without its token")
         reply.server_generated += int(answer.get("tokens_predicted", 0))
-        yield from self._hand_out(int(tokens[0]), ms_since(t0), reply, lambda: None)
+        token = int(tokens[0])
+        k = reply.config.logprobs
+        # The server reports no probabilities for a token whose text ends inside a UTF-8
+        # character: they are read from every token's, asked for at the same position.
+        scores = (next_token_logprobs(self._distribution(prompt, "decode", "a held-back token's probabilities"),
+                                      token, k) if k is not None else _NO_SCORES)
+        yield from self._hand_out(token, ms_since(t0), reply, lambda: None, scores)
 
-    def _hand_out(self, token: int, ms: float, reply: _Reply, drain: Callable[[], None]
+    def _streamed_scores(self, probs: Any, j: int, token: int, config: DecodeConfig) -> _Scores:
+        """The scores of the j-th token of a streamed event, as the server reported them
+        (its top alternatives ordered likeliest first, ties by id, as effctx's own)."""
+        if config.logprobs is None:
+            return _NO_SCORES
+        try:
+            entry = probs[j]
+            if int(entry["id"]) != token:
+                raise ValueError
+            top = sorted(((int(e["id"]), _logprob(e["logprob"])) for e in entry["top_logprobs"]),
+                         key=lambda pair: (-pair[1], pair[0]))
+            return _logprob(entry["logprob"]), tuple(top[: config.logprobs])
+        except (IndexError, KeyError, TypeError, ValueError):
+            raise self._poison(f"llama-server streamed token {token} without its probabilities") from None
+
+    def _hand_out(self, token: int, ms: float, reply: _Reply, drain: Callable[[], None], scores: _Scores
                   ) -> Generator[TokenChunk, None, None]:
         """One token of the reply onto the tape and out; `reply.ended` where it ends the reply."""
         if reply.ttft_ms is None:
@@ -337,7 +374,7 @@ class LlamaServerSession(CacheSession):
         if self._vocabulary.is_eog(token):
             reply.ended = True
             drain()  # before the chunk: a caller stops reading at an end-of-generation token
-            yield TokenChunk(token, reply.text.flush(), index, ms, "eog")
+            yield TokenChunk(token, reply.text.flush(), index, ms, "eog", *scores)
             return
         tape.pending = [token]
         resident = len(tape.resident)
@@ -346,7 +383,7 @@ class LlamaServerSession(CacheSession):
         tape.counters.count_decode_time(ms)
         reply.index += 1
         reply.ended = stop is not None
-        yield TokenChunk(token, piece, index, ms, stop)
+        yield TokenChunk(token, piece, index, ms, stop, *scores)
         if stop:
             if resident < tape.n_ctx:
                 # Resident as on every backend; the slot evaluates it with the next request.
@@ -360,30 +397,42 @@ class LlamaServerSession(CacheSession):
 
     def _forced_logprob(self, context: list[int], token: int, stage: str) -> float:
         """log p(token | context), from a one-token request whose logit bias makes the
-        server sample `token` and report its probability from the unbiased logits.
-
-        The server drops the probabilities of a sampled token whose text ends inside a
-        UTF-8 character (a byte token such as <0xC3>). For such a token a complete one is
-        sampled instead, with every token's probability (n_probs = the vocabulary, a few
-        MB of JSON for a large one), and the given token's is read from those."""
+        server sample `token` and report its probability from the unbiased logits. For a
+        token it reports no probabilities of (see _distribution), from every token's."""
         answer = self._complete(context, 1, stage, "a scored token",
                                 {"n_probs": 1, "post_sampling_probs": False, "logit_bias": [[token, _FORCE_BIAS]]})
         probs = answer.get("completion_probabilities")
         if probs is None:
-            anchor = self._vocabulary.tokenize("a", add_bos=False)[0]
-            answer = self._complete(context, 1, stage, "a scored byte token", {
-                "n_probs": self._info.facts.vocab_size, "post_sampling_probs": False,
-                "logit_bias": [[anchor, _FORCE_BIAS]]})
-            probs = answer.get("completion_probabilities")
-            entries = probs[0].get("top_logprobs") if isinstance(probs, list) and probs else None
-        else:
-            entries = probs if isinstance(probs, list) else None
-        found = [e for e in entries or [] if isinstance(e, dict) and e.get("id") == token]
+            return float(self._distribution(context, stage, "a scored byte token")[token])
         try:
-            value = float(found[0]["logprob"])
+            entry = probs[0]
+            if int(entry["id"]) != token:
+                raise ValueError
+            return _logprob(entry["logprob"])
         except (IndexError, KeyError, TypeError, ValueError):
             raise self._poison(f"llama-server did not report the probability of token {token}") from None
-        return -math.inf if value <= _ZERO_PROBABILITY else value
+
+    def _distribution(self, context: list[int], stage: str, what: str) -> np.ndarray:
+        """log p(every token | context), n_vocab values (float64).
+
+        The server drops the probabilities of a sampled token whose text ends inside a
+        UTF-8 character (a byte token such as <0xC3>), so a token whose text is whole is
+        made the sampled one by a logit bias, with every token's probability (n_probs =
+        the vocabulary, a few MB of JSON for a large one) from the unbiased logits."""
+        vocab = self._info.facts.vocab_size
+        anchor = self._vocabulary.tokenize("a", add_bos=False)[0]
+        answer = self._complete(context, 1, stage, what, {
+            "n_probs": vocab, "post_sampling_probs": False, "logit_bias": [[anchor, _FORCE_BIAS]]})
+        out = np.full(vocab, np.nan)
+        try:
+            for entry in answer["completion_probabilities"][0]["top_logprobs"]:
+                out[int(entry["id"])] = _logprob(entry["logprob"])
+        except (IndexError, KeyError, TypeError, ValueError):
+            raise self._poison(f"llama-server did not report every token's probability for {what}") from None
+        if np.isnan(out).any():
+            raise self._poison(f"llama-server reported {vocab - int(np.isnan(out).sum())} of the {vocab} token "
+                               f"probabilities for {what}")
+        return out
 
     def _rebuild(self, chunk: list[int], stage: str) -> None:
         """Evaluate `chunk` after the resident tape again as a plain prefill does, in one

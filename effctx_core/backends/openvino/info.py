@@ -38,6 +38,10 @@ def _stateful_capabilities(profile: Profile) -> Capabilities:
                                       "per token (about one decode step each)"),
         quantized_k=Capability(True, "KEY_CACHE_PRECISION u8 (u4 crashes the stateful path)"),
         quantized_v=Capability(True, "VALUE_CACHE_PRECISION u8 (u4 crashes the stateful path)"),
+        constrained_decoding=Capability(True, "effctx samples the IR's logits with llama.cpp's samplers over the "
+                                              "GGUF's vocabulary, its grammar sampler (GBNF) first"),
+        decode_logprobs=Capability(True, "the IR outputs the next-token logits: their log-softmax over the "
+                                         "vocabulary, in float64"),
         rollback_floor=None,
         rollback_reason="the stateful cache keeps every position of every layer (the sliding window is a mask), "
                         "so it can be cut anywhere",
@@ -67,6 +71,12 @@ def _paged_capabilities(profile: Profile) -> Capabilities:
                                        "tokens it generates"),
         quantized_k=Capability(True, f"KEY_CACHE_PRECISION {' or '.join(QUANTIZED_TYPES)}"),
         quantized_v=Capability(True, f"VALUE_CACHE_PRECISION {' or '.join(QUANTIZED_TYPES)}"),
+        constrained_decoding=Capability(False, "openvino-genai's scheduler samples for itself: llama.cpp's grammar "
+                                               "sampler cannot run in it, and effctx hands it no grammar for its own "
+                                               "structured output (xgrammar)"),
+        decode_logprobs=Capability(False, "openvino-genai's scheduler samples for itself and returns one "
+                                          "log-probability per token at most (GenerationConfig.logprobs treats any "
+                                          "k above 1 as 1), never the alternatives"),
         rollback_floor=None,
         rollback_reason="every request is submitted whole: a shorter prefix is recomputed from the prefix cache",
         residency_map=ResidencyMap(MODELED, "openvino-genai's scheduler owns the paged cache and reports its usage, "

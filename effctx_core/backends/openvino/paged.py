@@ -182,7 +182,7 @@ class OpenVINOPagedSession(CacheSession):
     def decode(self, config: DecodeConfig) -> Generator[TokenChunk, None, None]:
         """Stream the pipeline's tokens as its scheduler steps produce them; closing the
         generator cancels the request, leaving the last token handed out pending."""
-        self._check_usable()
+        self._check_decode(config)
         tape = self._tape
         if not tape.resident and not tape.pending:
             raise EffctxError("nothing to decode from: the session holds no tokens")

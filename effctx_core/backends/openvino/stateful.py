@@ -34,6 +34,7 @@ class OpenVINOStatefulSession(InProcessDecode, CacheSession):
     def __init__(self, vocab: LoadedModel, ir: ConvertedModel, profile: Profile, backend_version: str):
         check_trained_context(profile.n_ctx, vocab.facts.context_length)
         super().__init__(vocab, profile.n_ctx)
+        self._llama_vocab = vocab.vocab  # what llama.cpp's samplers (a grammar's) read the tokens from
         self._profile = profile
         self._n_batch = profile.n_batch
         self._compiled = compiled_model(ir.xml, plugin_config(profile, options_of(profile)))
@@ -135,7 +136,7 @@ class OpenVINOStatefulSession(InProcessDecode, CacheSession):
     # ------------------------------------------------------------------ sampling
 
     def _open_sampler(self, config: DecodeConfig) -> Sampler:
-        return Sampler(config)
+        return Sampler(config, self._llama_vocab)
 
     def _next_token(self, sampler: Sampler) -> int:
         assert self._logits is not None  # decode refreshes the logits first
