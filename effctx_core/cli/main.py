@@ -11,6 +11,7 @@ import sys
 from typing import Mapping, Sequence
 
 from effctx_core.cli import (
+    api_command,
     bench,
     cells,
     certify,
@@ -31,7 +32,8 @@ from effctx_core.user_files import os_reason
 
 # In the order `effctx --help` lists them.
 COMMANDS = {
-    "info": info, "cells": cells, "certify": certify, "profiles": profiles, "run": run, "bench": bench, "smoke": smoke,
+    "info": info, "cells": cells, "certify": certify, "profiles": profiles, "run": run, "api": api_command,
+    "bench": bench, "smoke": smoke,
     "trace": trace, "snapshots": snapshots, "sessions": sessions, "model": model, "worker": worker,
     "runtime": runtime,
 }

@@ -282,7 +282,8 @@ def check_run_inputs(args: argparse.Namespace, *traces: str | None) -> RunInputs
     for trace in traces:
         if trace is not None:
             refuse_same_file(trace, "trace file", _input_files(args, profile))
-    prefix_text = read_text_file(args.prefix_file, "prefix") if args.prefix_file else None
+    prefix_file = getattr(args, "prefix_file", None)  # `api` takes no prefix: its clients send their own
+    prefix_text = read_text_file(prefix_file, "prefix") if prefix_file else None
     return RunInputs(profile, prefix_text, runtime_warnings(profile))
 
 

@@ -68,6 +68,12 @@ class RequestResult:
         return self.prompt_tokens - self.computed
 
 
+# How far a restored state with sliding-window layers is cut back at most: llama.cpp keeps
+# a batch's worth of positions beyond the window, so a cut of a few dozen tokens (a reply
+# sent back in other tokens) is exact, and a deeper one may have to recompute everything.
+SWA_CUT_TOKENS = 64
+
+
 def _extends(tape: list[int], tokens: list[int]) -> bool:
     """The prompt is the tape and more (at least one token more: the last prompt token is
     prefilled for the next token's logits)."""
@@ -100,7 +106,7 @@ class RequestRunner:
         n_ctx = session.info.n_ctx
         if not tracker.evicts and len(tokens) >= n_ctx:
             # Refused before the session changes; one token of room is the least a reply needs.
-            raise ContextOverflowError("prompt", 0, len(tokens), n_ctx - 1)
+            raise ContextOverflowError("prompt", 0, len(tokens), n_ctx)
         route = self._route(tokens, prompt.runs)
         new = tokens[route.shared:] if route.kind in (RouteKind.RESTORED, RouteKind.PREFIX_CACHE) else tokens
         if route.kind not in (RouteKind.RESTORED, RouteKind.PREFIX_CACHE):
@@ -131,8 +137,11 @@ class RequestRunner:
         return min(common_prefix_length(held, tokens), len(tokens) - 1)
 
     def _stored(self, tokens: list[int]) -> RouteOption | None:
-        """The stored state holding the longest start of the prompt, if restoring one is
-        possible on this cell at all."""
+        """The stored state that starts the prompt furthest, if restoring one is possible
+        on this cell at all: a store entry the prompt begins with (the prefix index finds
+        it, whatever stored it), or a node of the tree whose state shares a longer start
+        and is cut back to it after the restore (a reply sent back in other tokens, an
+        edit near the end)."""
         state = self._state
         session = state.session
         store = self._checkpointer.store
@@ -142,15 +151,45 @@ class RequestRunner:
             return None
         # All but the last token: the last is prefilled for the next token's logits.
         match = store.longest_prefix(session.info.identity.digest(), tokens[:-1])
-        if match is None:
+        best: tuple[str, int] | None = match
+        cut = self._cut_candidate(tokens)
+        if cut is not None and (best is None or cut[1] > best[1]):
+            best = cut
+        if best is None:
             return None
-        key, n = match
+        key, n = best
         try:
             info = store.info(key)
         except SnapshotError:
             return None
         kind = RouteKind.PREFIX_CACHE if info.meta.get("kind") == "prefix" else RouteKind.RESTORED
         return RouteOption(kind, n, info.bytes, key)
+
+    def _cut_candidate(self, tokens: list[int]) -> tuple[str, int] | None:
+        """(key, prompt tokens shared) of the tree's stored state, longer than what it
+        shares with the prompt, that shares the most and is still in the store. A cache with sliding-window layers can only be
+        cut back a little after a restore (the window has dropped older positions), so
+        there only states that part from the prompt near their end count."""
+        state = self._state
+        floor = state.session.info.capabilities.rollback_floor
+        out = []
+        for node in state.tree:
+            if node.blob is None:
+                continue
+            tape = state.tree.tape(node.id)
+            shared = min(common_prefix_length(tape, tokens), len(tokens) - 1)
+            cut = len(tape) - shared
+            if shared > 0 and cut > 0 and (floor is None or cut <= SWA_CUT_TOKENS):
+                out.append((node.blob, shared))
+        store = self._checkpointer.store
+        assert store is not None
+        for key, n in sorted(out, key=lambda c: -c[1]):
+            try:
+                store.info(key)
+            except SnapshotError:
+                continue  # evicted by the store's LRU or removed
+            return key, n
+        return None
 
     def _route(self, tokens: list[int], runs: Sequence[SegmentRun]) -> Route:
         resident = self._resident_shared(tokens)

@@ -1,0 +1,318 @@
+"""The ASGI app: OpenAI's routes over one EngineService.
+
+Requests queue for the one engine in arrival order. A stream sends the reply as it is
+decoded (SSE, ending `data: [DONE]`); a client that goes away cancels its request at the
+next prefill chunk or token, found by listening for `http.disconnect` (Starlette does
+this for a stream; a plain request races its job against it, as vLLM does), and never
+because another request is waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from effctx_core.api import errors
+from effctx_core.api.errors import ApiError
+from effctx_core.api.logline import log_line
+from effctx_core.api.models import ChatCompletionRequest, CompletionRequest, param_of
+from effctx_core.api.responses import chat_completion, chunk, effctx_object, text_completion, timings, usage
+from effctx_core.api.serving import Delta, Served, new_id, serve_chat, serve_completion, tool_call_json
+from effctx_core.cancel import CancelToken
+from effctx_core.engine.service import EngineService, Job, ServiceState
+from effctx_core.engine.session_engine import SessionEngine
+from effctx_core.errors import EffctxError, EngineLoadFailed, QueueFull, ServiceStopping, SessionFatalError
+
+log = logging.getLogger("effctx.api")
+T = TypeVar("T")
+
+DEFAULT_MAX_BODY = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    model_name: str  # what /v1/models says before the model is loaded
+    api_key: str | None = None
+    max_body: int = DEFAULT_MAX_BODY
+    retry_after: int = 1  # seconds a 429 asks a client to wait
+    # Runs on the engine thread after each served request (the conversations kept on disk).
+    after_request: Callable[[SessionEngine], None] | None = None
+
+
+def _json(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+class Guard:
+    """Pure ASGI, outermost: the API key on every route (constant-time) and the body limit,
+    before any route reads a byte of the body."""
+
+    def __init__(self, app: ASGIApp, settings: ApiSettings):
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        key = self.settings.api_key
+        if key is not None and not _key_ok(headers, key):
+            await _json(errors.unauthorized())(scope, receive, send)
+            return
+        limit = self.settings.max_body
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            await _json(errors.too_large(limit))(scope, receive, send)
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _BodyTooLarge()
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _BodyTooLarge:
+            await _json(errors.too_large(limit))(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _key_ok(headers: dict[str, str], key: str) -> bool:
+    given = headers.get("authorization", "")
+    token = given[7:] if given.lower().startswith("bearer ") else headers.get("x-api-key", "")
+    return hmac.compare_digest(token.encode(), key.encode())
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone away."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _unless_disconnected(awaitable: Awaitable[T], request: Request) -> tuple[bool, T | None]:
+    """(True, result) when the work finished first; (False, None) when the client left."""
+    work = asyncio.ensure_future(awaitable)
+    gone = asyncio.ensure_future(_disconnected(request))
+    done, _ = await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if work in done:
+        gone.cancel()
+        return True, work.result()
+    work.cancel()
+    return False, None
+
+
+def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
+    app = FastAPI(title="effctx", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = tuple(first.get("loc", ()))
+        if first.get("type") == "json_invalid":
+            return _json(errors.bad_request(f"malformed JSON in the request body ({first.get('msg', '')})"))
+        param = param_of(loc)
+        if first.get("type") == "extra_forbidden":
+            message = f"{param} is not supported by effctx"
+        else:
+            message = f"{param or 'body'}: {first.get('msg', 'invalid value')}"
+        return _json(errors.bad_request(message, param))
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _json(exc)
+
+    def _model_name() -> str:
+        return service.model_name or settings.model_name
+
+    def _ready() -> None:
+        status = service.status
+        if status.state is ServiceState.LOADING or status.state is ServiceState.NEW:
+            p = status.progress
+            detail = f"{p.stage} {p.done}/{p.total}" if p is not None and p.total else (p.stage if p else "starting")
+            raise errors.loading(detail)
+        if status.state is ServiceState.FAILED:
+            raise errors.unavailable(f"the model failed to load: {status.reason}")
+        if status.state is not ServiceState.READY:
+            raise errors.unavailable("the server is stopping")
+
+    def _submit(fn: Callable[[SessionEngine, CancelToken], Served]) -> Job[Served]:
+        _ready()
+        after = settings.after_request
+
+        def job(engine: SessionEngine, token: CancelToken) -> Served:
+            served = fn(engine, token)
+            if after is not None:
+                after(engine)
+            return served
+
+        try:
+            return service.submit(job)
+        except QueueFull as exc:
+            raise errors.queue_full(service.status.queued, settings.retry_after) from exc
+        except ServiceStopping as exc:
+            raise errors.unavailable(str(exc)) from exc
+
+    @app.get("/health")
+    async def health() -> Response:
+        status = service.status
+        if status.state is ServiceState.READY:
+            return JSONResponse({"status": "ok", "queued": status.queued, "running": status.running})
+        try:
+            _ready()
+        except ApiError as exc:
+            return _json(exc)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": _model_name(), "object": "model", "created": 0,
+                                            "owned_by": "effctx"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatCompletionRequest, request: Request) -> Response:
+        rid = new_id("chatcmpl")
+        if not req.stream:
+            job = _submit(lambda engine, token: serve_chat(engine, token, req, rid, None))
+            served = await _await_job(service, job, request)
+            if served is None:
+                return Response(status_code=499)
+            return JSONResponse(chat_completion(served))
+        return await _stream(service, request, _submit, rid, lambda on_text: (
+            lambda engine, token: serve_chat(engine, token, req, rid, on_text)), req.include_usage, True,
+            _model_name())
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest, request: Request) -> Response:
+        rid = new_id("cmpl")
+        if not req.stream:
+            job = _submit(lambda engine, token: serve_completion(engine, token, req, rid, None))
+            served = await _await_job(service, job, request)
+            if served is None:
+                return Response(status_code=499)
+            return JSONResponse(text_completion(served))
+        return await _stream(service, request, _submit, rid, lambda on_text: (
+            lambda engine, token: serve_completion(engine, token, req, rid, on_text)), req.include_usage, False,
+            _model_name())
+
+    return Guard(app, settings)
+
+
+def _failure(exc: BaseException) -> ApiError:
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, EngineLoadFailed):
+        return errors.unavailable(str(exc))
+    if isinstance(exc, ServiceStopping):
+        return errors.unavailable(str(exc))
+    if isinstance(exc, SessionFatalError):
+        return errors.server_error(f"{exc} (the session was reopened for the next request)")
+    if isinstance(exc, EffctxError):
+        return errors.bad_request(str(exc))
+    log.exception("request failed", exc_info=exc)
+    return errors.server_error(f"internal error: {type(exc).__name__}: {exc}")
+
+
+async def _await_job(service: EngineService, job: Job[Served], request: Request) -> Served | None:
+    finished, _ = await _unless_disconnected(asyncio.shield(asyncio.wrap_future(job.future)), request)
+    if not finished:
+        service.cancel(job)
+        log.info("client went away: request cancelled")
+        return None
+    exc = job.future.exception()
+    if exc is not None:
+        raise _failure(exc)
+    served = job.future.result()
+    log.info(log_line(served))
+    return served
+
+
+_DONE = object()
+
+
+def _sse(payload: dict | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n".encode("utf-8")
+
+
+async def _stream(service: EngineService, request: Request, submit: Callable[[Any], Job[Served]], rid: str,
+                  make_job: Callable[[Callable[[Delta], None]], Any], include_usage: bool, chat: bool,
+                  model: str) -> Response:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    def on_text(delta: Delta) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, delta)
+
+    job = submit(make_job(on_text))
+    job.future.add_done_callback(lambda _f: loop.call_soon_threadsafe(queue.put_nowait, _DONE))
+    # Wait for the first text (or the end) before answering: an error before any text is
+    # an HTTP error with its status, not an event inside a 200 stream.
+    finished, first = await _unless_disconnected(queue.get(), request)
+    if not finished:
+        service.cancel(job)
+        log.info("client went away: request cancelled")
+        return Response(status_code=499)
+    if first is _DONE and job.future.exception() is not None:
+        raise _failure(job.future.exception())  # type: ignore[arg-type]
+    created = int(time.time())
+
+    async def events() -> AsyncIterator[bytes]:
+        item: Any = first
+        try:
+            if chat:
+                yield _sse(chunk(rid, created, model, {"role": "assistant", "content": ""}))
+            while item is not _DONE:
+                yield _sse(chunk(rid, created, model, {"content": item.text}, logprobs=item.logprobs or None,
+                                 chat=chat))
+                item = await queue.get()
+            exc = job.future.exception()
+            if exc is not None:
+                yield _sse(_failure(exc).body())
+                yield _sse("[DONE]")
+                return
+            served = job.future.result()
+            log.info(log_line(served))
+            if served.reply.calls:
+                for i, call in enumerate(tool_call_json(served.reply.calls)):
+                    yield _sse(chunk(rid, created, model, {"tool_calls": [{"index": i, **call}]}))
+            last = chunk(rid, created, model, {}, served.finish_reason, chat=chat)
+            extras = {"timings": timings(served), "effctx": effctx_object(served)}
+            if include_usage:
+                yield _sse(last)
+                yield _sse({**chunk(rid, created, model, None, chat=chat), "choices": [], "usage": usage(served),
+                            **extras})
+            else:
+                # As llama-server attaches its timings to the last chunk.
+                yield _sse({**last, **extras})
+            yield _sse("[DONE]")
+        finally:
+            # The client went away mid-stream (Starlette cancels this generator), or the
+            # stream ended: either way the job is not left running for nobody.
+            if not job.future.done():
+                service.cancel(job)
+                log.info("client went away: request cancelled")
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+

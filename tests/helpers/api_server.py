@@ -1,0 +1,86 @@
+"""An `effctx api` endpoint in a thread of the test process, on a free loopback port,
+over a real engine; and the `openai` SDK client its users run against it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import openai
+
+from effctx_core.api.app import ApiSettings
+from effctx_core.api.keeper import TreeKeeper
+from effctx_core.api.server import bind, make_server
+from effctx_core.backends.common.network import free_port
+from effctx_core.engine import SessionEngine
+from effctx_core.engine.service import EngineService, ServiceState
+from effctx_core.profiles import Profile
+from effctx_core.snapshots import SnapshotStore
+from tests.helpers.engine_jobs import WAIT
+
+# A Hermes-style ChatML template, as Qwen 2.5's: it renders the tool schemas itself, the
+# assistant's tool calls as <tool_call> blocks and tool results as <tool_response>.
+HERMES_CHATML = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n<tools>' }}{%- for t in tools %}{{- '\\n' + (t | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\nCall a function as <tool_call>{\"name\": <name>, \"arguments\": <args>}</tool_call>"
+    "<|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'system' %}"
+    "{%- elif m.role == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- elif m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- for c in m.tool_calls or [] %}{{- '\\n<tool_call>\\n{\"name\": \"' + c.function.name + "
+    "'\", \"arguments\": ' + c.function.arguments + '}\\n</tool_call>' }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
+
+
+class ApiServer:
+    def __init__(self, model: Path, profile: Profile, state: Path, *, api_key: str | None = None, queue: int = 16,
+                 max_body: int = 8 * 1024 * 1024):
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        store = SnapshotStore(state / "snapshots")
+        keeper = TreeKeeper(state)
+        self.service = EngineService(lambda progress: SessionEngine(model, profile, checkpoints=store), queue)
+        self.service.submit(lambda engine, token: keeper.load(engine))
+        settings = ApiSettings(model_name=model.stem, api_key=api_key, max_body=max_body, after_request=keeper.save)
+        self._sock = bind("127.0.0.1", self.port)
+        self._server = make_server(self.service, settings, queue)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def start(self) -> ApiServer:
+        self.service.start()
+        self._thread.start()
+        deadline = time.monotonic() + WAIT
+        while not self._server.started or self.service.state is not ServiceState.READY:
+            assert time.monotonic() < deadline, "the endpoint did not come up"
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(WAIT)
+        self.service.stop(WAIT)
+        self._sock.close()
+
+    def client(self, api_key: str = "unused") -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=WAIT)
+
+
+@contextmanager
+def running_api(model: Path, profile: Profile, state: Path, **options) -> Iterator[ApiServer]:
+    server = ApiServer(model, profile, state, **options).start()
+    try:
+        yield server
+    finally:
+        server.stop()
