@@ -9,7 +9,10 @@ does not render `tools` itself gets the tool schemas in its system message.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import hashlib
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -73,20 +76,51 @@ class BuiltPrompt:
     request: RequestPrompt
 
 
+@functools.lru_cache(maxsize=4)
+def _pieces(identity: str) -> dict[int, str]:
+    """Each token's text, as the prompts of one runtime identity met them (a vocabulary
+    does not change)."""
+    return {}
+
+
+def _token_ends(session: Session, tokens: list[int], text: str) -> list[int] | None:
+    """Where in `text` each token ends, from the tokens' own texts; None when they do not
+    add up to the text (a token that holds part of a character, a tokenizer that adds a
+    space), and the boundaries are found by tokenizing each segment's prefix instead."""
+    known = _pieces(session.info.identity.digest())
+    facts = session.info.facts
+    texts = []
+    for i, t in enumerate(tokens):
+        if i == 0 and facts.add_bos and t == facts.bos_token_id:
+            texts.append("")  # the BOS the tokenizer adds is not in the text
+            continue
+        piece = known.get(t)
+        if piece is None:
+            piece = known[t] = session.detokenize([t])
+        texts.append(piece)
+    if "".join(texts) != text:
+        return None
+    return list(itertools.accumulate(len(piece) for piece in texts))
+
+
 def build_prompt(session: Session, rendering: Rendering, messages: list[dict], has_tools: bool) -> BuiltPrompt:
     info = session.info
     text = rendering.render(messages, True, has_tools)
     cmap = segment_map(rendering.render, messages, has_tools)
     tokens = session.tokenize(text, add_bos=info.facts.add_bos, special=rendering.special)
-    # Token boundaries: how many of the prompt's tokens the text before each segment
-    # tokenizes to, counted as the tokens both share (a token that straddles a boundary
-    # goes with the earlier segment).
+    ends = _token_ends(session, tokens, text)
     segments: list[PromptSegment] = []
     start = 0
     for i, seg in enumerate(cmap.segments):
-        last = i == len(cmap.segments) - 1
-        end = len(tokens) if last else common_prefix_length(
-            tokens, session.tokenize(text[:seg.end], add_bos=info.facts.add_bos, special=rendering.special))
+        if i == len(cmap.segments) - 1:
+            end = len(tokens)
+        elif ends is not None:
+            # The tokens that end by the segment's last character (one that straddles
+            # the boundary goes with the earlier segment).
+            end = bisect.bisect_right(ends, seg.end)
+        else:
+            end = common_prefix_length(
+                tokens, session.tokenize(text[:seg.end], add_bos=info.facts.add_bos, special=rendering.special))
         end = max(end, start)
         segments.append(PromptSegment(seg.label, seg.index, seg.role, start, end))
         start = end
