@@ -5,13 +5,17 @@ the SDK's exception class. The tiny generated model with a Hermes-style ChatML t
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 
 import httpx2
 import jsonschema
 import openai
 import pytest
 
+from effctx_core.api import server as api_server
+from effctx_core.backends.openvino.settings import OpenVINOOptions
 from effctx_core.events.trace import TurnFinished
 from effctx_core.profiles import Profile
 from tests.helpers.api_server import CHATML_TOKENS, HERMES_CHATML, running_api
@@ -21,6 +25,12 @@ from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 pytestmark = pytest.mark.model
 
 PROFILE = Profile(name="api-test", n_ctx=1024)
+# The same model on the OpenVINO cell: its IR (converted once, into the data dir), sampled
+# with llama.cpp's samplers from the IR's logits, states read from the infer request.
+OPENVINO = Profile(name="api-test-ov", backend="openvino", n_ctx=1024, n_batch=64,
+                   backend_options=OpenVINOOptions())
+PAGED = Profile(name="api-test-paged", backend="openvino", n_ctx=1024, n_batch=64,
+                backend_options=OpenVINOOptions(pipeline="paged"))
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
@@ -39,14 +49,9 @@ def tiny_chatml(tmp_path_factory):
                                  chat_template=HERMES_CHATML, special_tokens=CHATML_TOKENS, eot_token="<|im_end|>")
 
 
-@pytest.fixture(scope="module")
-def state(tmp_path_factory):
-    return tmp_path_factory.mktemp("api-state")
-
-
-@pytest.fixture(scope="module")
-def api(tiny_chatml, state):
-    with running_api(tiny_chatml, PROFILE, state, queue=2) as server:
+@pytest.fixture(scope="module", params=[PROFILE, OPENVINO], ids=["llama", "openvino"])
+def api(request, tiny_chatml, tmp_path_factory):
+    with running_api(tiny_chatml, request.param, tmp_path_factory.mktemp("api-state"), queue=2) as server:
         yield server
 
 
@@ -335,3 +340,48 @@ def test_a_wrong_api_key_is_refused_on_every_route(tiny_chatml, tmp_path):
             keyed.client("wrong").models.list()
         assert httpx2.get(f"http://127.0.0.1:{keyed.port}/health", timeout=WAIT).status_code == 401
         assert [m.id for m in keyed.client("sesame").models.list().data] == [MODEL_NAME]
+
+
+def test_a_cell_without_grammars_or_logprobs_refuses_them_naming_the_field(tiny_chatml, tmp_path):
+    with running_api(tiny_chatml, PAGED, tmp_path) as paged:
+        client = paged.client()
+        with pytest.raises(openai.BadRequestError) as refused:
+            chat(client, [user("JSON")], response_format={"type": "json_object"})
+        assert refused.value.param == "response_format"
+        with pytest.raises(openai.BadRequestError) as refused:
+            chat(client, [user("Probabilities")], logprobs=True)
+        assert refused.value.param == "logprobs"
+        assert chat(client, [user("Plain text still works")]).choices[0].finish_reason in ("stop", "length")
+
+
+def test_while_the_model_loads_requests_get_503_with_retry_after(tiny_chatml, tmp_path):
+    gate = threading.Event()
+    with running_api(tiny_chatml, PROFILE, tmp_path, load_gate=gate) as loading:
+        health = httpx2.get(f"http://127.0.0.1:{loading.port}/health", timeout=WAIT)
+        with pytest.raises(openai.InternalServerError) as refused:
+            chat(loading.client(), [user("Too early")])
+        gate.set()
+    assert (health.status_code, health.headers["retry-after"]) == (503, "1")
+    assert health.json()["error"]["message"] == "the model is loading (held by the test 0/1); retry in a moment"
+    assert refused.value.status_code == 503
+
+
+def test_a_client_that_sends_no_headers_is_cut_off(api, monkeypatch):
+    monkeypatch.setattr(api_server, "HEADER_TIMEOUT_S", 0.2)
+    with socket.create_connection(("127.0.0.1", api.port), timeout=WAIT) as idle:
+        idle.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        assert idle.recv(1) == b""  # closed by the server
+
+
+def test_a_request_whose_client_leaves_while_it_waits_never_runs(api):
+    blocker = Blocker(api.service)
+    try:
+        with pytest.raises(httpx2.ReadTimeout):
+            httpx2.post(f"{api.base_url}/chat/completions", timeout=0.5,
+                        json={"model": "x", "messages": [user("Gone before my turn")], **GREEDY})
+        deadline = time.monotonic() + WAIT
+        while api.service.status.queued:
+            assert time.monotonic() < deadline, "the request stayed queued"
+            time.sleep(0.01)
+    finally:
+        blocker.release.set()

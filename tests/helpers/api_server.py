@@ -46,23 +46,30 @@ CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
 
 class ApiServer:
     def __init__(self, model: Path, profile: Profile, state: Path, *, api_key: str | None = None, queue: int = 16,
-                 max_body: int = 8 * 1024 * 1024):
+                 max_body: int = 8 * 1024 * 1024, load_gate: threading.Event | None = None):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         store = SnapshotStore(state / "snapshots")
         keeper = TreeKeeper(state)
-        self.service = EngineService(lambda progress: SessionEngine(model, profile, checkpoints=store), queue)
+
+        def open_engine(progress) -> SessionEngine:
+            if load_gate is not None:  # a test holds the load to see the endpoint while it loads
+                progress("held by the test", 0, 1)
+                assert load_gate.wait(WAIT)
+            return SessionEngine(model, profile, checkpoints=store)
+
+        self.service = EngineService(open_engine, queue)
         self.service.submit(lambda engine, token: keeper.load(engine))
         settings = ApiSettings(model_name=model.stem, api_key=api_key, max_body=max_body, after_request=keeper.save)
         self._sock = bind("127.0.0.1", self.port)
         self._server = make_server(self.service, settings, queue)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
-    def start(self) -> ApiServer:
+    def start(self, ready: bool = True) -> ApiServer:
         self.service.start()
         self._thread.start()
         deadline = time.monotonic() + WAIT
-        while not self._server.started or self.service.state is not ServiceState.READY:
+        while not self._server.started or (ready and self.service.state is not ServiceState.READY):
             assert time.monotonic() < deadline, "the endpoint did not come up"
             time.sleep(0.02)
         return self
@@ -79,7 +86,8 @@ class ApiServer:
 
 @contextmanager
 def running_api(model: Path, profile: Profile, state: Path, **options) -> Iterator[ApiServer]:
-    server = ApiServer(model, profile, state, **options).start()
+    """A started endpoint, ready unless a `load_gate` holds its model's load."""
+    server = ApiServer(model, profile, state, **options).start(ready=options.get("load_gate") is None)
     try:
         yield server
     finally:
