@@ -16,6 +16,8 @@ import pytest
 
 from effctx_core.api import server as api_server
 from effctx_core.backends.openvino.settings import OpenVINOOptions
+from effctx_core.contract import SessionSnapshot
+from effctx_core.errors import SessionFatalError
 from effctx_core.events.trace import TurnFinished
 from effctx_core.profiles import Profile
 from tests.helpers.api_server import CHATML_TOKENS, HERMES_CHATML, running_api
@@ -385,3 +387,28 @@ def test_a_request_whose_client_leaves_while_it_waits_never_runs(api):
             time.sleep(0.01)
     finally:
         blocker.release.set()
+
+
+def _poison(engine) -> str:
+    """A state load that fails half-way, as a damaged state would: the session is poisoned."""
+    snapshot = engine.snapshot()
+    try:
+        engine.restore(SessionSnapshot(snapshot.identity, snapshot.tokens, snapshot.state[: len(snapshot.state) // 2]))
+    except SessionFatalError as exc:
+        return str(exc)
+    raise AssertionError("the half state loaded")
+
+
+def test_a_poisoned_session_is_a_500_with_its_reason_and_the_next_request_is_served(tiny_chatml, tmp_path):
+    with running_api(tiny_chatml, PROFILE, tmp_path) as fresh:
+        client = fresh.client()
+        chat(client, [user("Before")])
+        kept = sorted(p.name for p in (tmp_path / "snapshots" / "blobs").iterdir())
+        fresh.service.submit(lambda engine, token: _poison(engine)).future.result(WAIT)
+        with pytest.raises(openai.InternalServerError) as failed:
+            chat(client, [user("While poisoned")])
+        after = chat(client, [user("After")])
+        assert "the session is poisoned" in failed.value.message
+        assert "reopened for the next request" in failed.value.message
+        assert after.choices[0].finish_reason in ("stop", "length")
+        assert set(kept) <= {p.name for p in (tmp_path / "snapshots" / "blobs").iterdir()}

@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,7 +34,6 @@ from effctx_core.engine.session_engine import SessionEngine
 from effctx_core.errors import EffctxError, EngineLoadFailed, QueueFull, ServiceStopping, SessionFatalError
 
 log = logging.getLogger("effctx.api")
-T = TypeVar("T")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
@@ -49,7 +48,13 @@ class ApiSettings:
     after_request: Callable[[SessionEngine], None] | None = None
 
 
+def _log(error: ApiError) -> None:
+    log.info("refused · %d %s: %s", error.status, error.code or error.type, error.message)
+
+
 def _json(error: ApiError) -> JSONResponse:
+    """An error response, and the request's one line in the log."""
+    _log(error)
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
@@ -110,16 +115,16 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-async def _unless_disconnected(awaitable: Awaitable[T], request: Request) -> tuple[bool, T | None]:
-    """(True, result) when the work finished first; (False, None) when the client left."""
-    work = asyncio.ensure_future(awaitable)
+async def _finished(work: asyncio.Future, request: Request) -> bool:
+    """Whether `work` finished (its result or its error is there to read) before the
+    client went away; when the client went first, `work` is cancelled."""
     gone = asyncio.ensure_future(_disconnected(request))
     done, _ = await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
     if work in done:
         gone.cancel()
-        return True, work.result()
+        return True
     work.cancel()
-    return False, None
+    return False
 
 
 def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
@@ -161,7 +166,11 @@ def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
         after = settings.after_request
 
         def job(engine: SessionEngine, token: CancelToken) -> Served:
-            served = fn(engine, token)
+            try:
+                served = fn(engine, token)
+            except SessionFatalError:
+                engine.reopen()  # the next request gets a fresh session of the same cell
+                raise
             if after is not None:
                 after(engine)
             return served
@@ -181,7 +190,8 @@ def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
         try:
             _ready()
         except ApiError as exc:
-            return _json(exc)
+            # Not logged: a client polls health while the model loads.
+            return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
         return JSONResponse({"status": "ok"})
 
     @app.get("/v1/models")
@@ -189,31 +199,22 @@ def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
         return {"object": "list", "data": [{"id": _model_name(), "object": "model", "created": 0,
                                             "owned_by": "effctx"}]}
 
+    async def _answer(request: Request, req: Any, serve: Callable[..., Served], respond: Callable[[Served], dict],
+                      rid: str, chat: bool) -> Response:
+        if not req.stream:
+            job = _submit(lambda engine, token: serve(engine, token, req, rid, None))
+            served = await _await_job(service, job, request)
+            return Response(status_code=499) if served is None else JSONResponse(respond(served))
+        return await _stream(service, request, _submit, rid, lambda on_text: (
+            lambda engine, token: serve(engine, token, req, rid, on_text)), req.include_usage, chat, _model_name())
+
     @app.post("/v1/chat/completions")
     async def chat(req: ChatCompletionRequest, request: Request) -> Response:
-        rid = new_id("chatcmpl")
-        if not req.stream:
-            job = _submit(lambda engine, token: serve_chat(engine, token, req, rid, None))
-            served = await _await_job(service, job, request)
-            if served is None:
-                return Response(status_code=499)
-            return JSONResponse(chat_completion(served))
-        return await _stream(service, request, _submit, rid, lambda on_text: (
-            lambda engine, token: serve_chat(engine, token, req, rid, on_text)), req.include_usage, True,
-            _model_name())
+        return await _answer(request, req, serve_chat, chat_completion, new_id("chatcmpl"), True)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Response:
-        rid = new_id("cmpl")
-        if not req.stream:
-            job = _submit(lambda engine, token: serve_completion(engine, token, req, rid, None))
-            served = await _await_job(service, job, request)
-            if served is None:
-                return Response(status_code=499)
-            return JSONResponse(text_completion(served))
-        return await _stream(service, request, _submit, rid, lambda on_text: (
-            lambda engine, token: serve_completion(engine, token, req, rid, on_text)), req.include_usage, False,
-            _model_name())
+        return await _answer(request, req, serve_completion, text_completion, new_id("cmpl"), False)
 
     return Guard(app, settings)
 
@@ -234,8 +235,7 @@ def _failure(exc: BaseException) -> ApiError:
 
 
 async def _await_job(service: EngineService, job: Job[Served], request: Request) -> Served | None:
-    finished, _ = await _unless_disconnected(asyncio.shield(asyncio.wrap_future(job.future)), request)
-    if not finished:
+    if not await _finished(asyncio.wrap_future(job.future), request):
         service.cancel(job)
         log.info("client went away: request cancelled")
         return None
@@ -268,11 +268,12 @@ async def _stream(service: EngineService, request: Request, submit: Callable[[An
     job.future.add_done_callback(lambda _f: loop.call_soon_threadsafe(queue.put_nowait, _DONE))
     # Wait for the first text (or the end) before answering: an error before any text is
     # an HTTP error with its status, not an event inside a 200 stream.
-    finished, first = await _unless_disconnected(queue.get(), request)
-    if not finished:
+    getting = asyncio.ensure_future(queue.get())
+    if not await _finished(getting, request):
         service.cancel(job)
         log.info("client went away: request cancelled")
         return Response(status_code=499)
+    first = getting.result()
     if first is _DONE and job.future.exception() is not None:
         raise _failure(job.future.exception())  # type: ignore[arg-type]
     created = int(time.time())
@@ -288,7 +289,9 @@ async def _stream(service: EngineService, request: Request, submit: Callable[[An
                 item = await queue.get()
             exc = job.future.exception()
             if exc is not None:
-                yield _sse(_failure(exc).body())
+                error = _failure(exc)
+                _log(error)
+                yield _sse(error.body())
                 yield _sse("[DONE]")
                 return
             served = job.future.result()

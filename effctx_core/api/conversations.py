@@ -257,8 +257,7 @@ def _kind(earlier: Earlier, facts: RequestFacts, roles: Sequence[str], seg: Prom
         return "tools_changed", _tool_change(earlier, facts)
     if seg is not None and seg.role == "system" or label == "system":
         if _looks_like_stamp(side_a, side_b):
-            return "date_changed", "the system prompt's date or time" + (
-                " (the template stamps the date)" if facts.stamps_date else "")
+            return "date_changed", "the template stamps the date" if facts.stamps_date else ""
         return "system_changed", ""
     index = seg.index if seg is not None else None
     if index is None:

@@ -49,7 +49,9 @@ class Rendering:
     polyfills: tuple[str, ...] = ()
 
 
-def rendering_for(info: ModelInfo, tools: Sequence[dict]) -> Rendering:
+def rendering_for(info: ModelInfo, tools: Sequence[dict], tool_choice: object = None) -> Rendering:
+    """`tool_choice` as the request gave it (a string or OpenAI's named-function object):
+    templates are given it, as llama-server gives it."""
     facts = info.facts
     tools = list(tools)
     source = facts.chat_template
@@ -59,7 +61,7 @@ def rendering_for(info: ModelInfo, tools: Sequence[dict]) -> Rendering:
     known = template_facts(source)
     fmt = chat_format_for(facts)
     stop, opening = (fmt.stop, fmt.turn_opening) if isinstance(fmt, TemplateFormat) else ((), None)
-    render = template_renderer(source, tools=tools or None, bos_token=facts.bos_text or "",
+    render = template_renderer(source, tools=tools or None, tool_choice=tool_choice, bos_token=facts.bos_text or "",
                                eos_token=facts.eos_text or "", strip_bos=facts.add_bos)
 
     # A template not usable turn by turn still renders whole conversations: named by its digest.

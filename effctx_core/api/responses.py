@@ -42,6 +42,7 @@ def effctx_object(s: Served) -> dict:
     d = s.divergence
     return {
         "conversation": s.conversation,
+        "template": s.template,
         "reused": r.cached, "computed": r.computed, "dropped": t.dropped,
         "route": {"kind": route.kind.value, "node": route.node, "key": route.key,
                   "restore_ms": round(route.ms, 3) if route.key else None, "note": route.reason or None},

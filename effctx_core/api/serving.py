@@ -33,7 +33,7 @@ from effctx_core.contract import DecodeConfig, TokenChunk
 from effctx_core.engine.requests import RequestPrompt, RequestResult
 from effctx_core.engine.session_engine import SessionEngine
 from effctx_core.engine.turns import TurnExtras
-from effctx_core.errors import ContextOverflowError, EffctxError, SessionFatalError
+from effctx_core.errors import ContextOverflowError, EffctxError
 from effctx_core.events.trace import TurnResult
 from effctx_core.residency import Segment
 from effctx_core.residency.tracker import SegmentRun
@@ -65,9 +65,9 @@ class Served:
     result: RequestResult
     divergence: Divergence | None
     reply: ParsedReply
+    template: dict | None  # the format the prompt was written in, and whether it stamps the date
     finish_reason: str
     logprobs: list[dict] | None  # OpenAI's logprobs.content entries, when asked
-    sent: str  # the text a stream has sent
 
     @property
     def turn(self) -> TurnResult:
@@ -181,10 +181,6 @@ def _run(engine: SessionEngine, prompt: RequestPrompt, config: DecodeConfig, ext
         return engine.request(prompt, config, extras)
     except ContextOverflowError as exc:
         raise context_exceeded(exc) from exc
-    except SessionFatalError:
-        # The next request gets a fresh session of the same cell; this one fails with why.
-        engine.reopen()
-        raise
 
 
 def serve_chat(engine: SessionEngine, token: CancelToken, req: ChatCompletionRequest, rid: str,
@@ -192,7 +188,8 @@ def serve_chat(engine: SessionEngine, token: CancelToken, req: ChatCompletionReq
     created = int(time.time())
     tools = [t.model_dump(exclude_none=True) for t in req.tools or ()]
     messages = normalised_messages(req)
-    rendering: Rendering = rendering_for(engine.info, tools)
+    choice = req.tool_choice.model_dump() if isinstance(req.tool_choice, NamedToolChoice) else req.tool_choice
+    rendering: Rendering = rendering_for(engine.info, tools, choice)
     fmt = rendering.tool_format
     grammar, param = _grammar(req, tools, fmt)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
@@ -236,8 +233,9 @@ def serve_chat(engine: SessionEngine, token: CancelToken, req: ChatCompletionReq
     if not reply.calls:
         stream.finish(reply.content)
     return Served(rid, created, engine.model_name, conversation, built, result, divergence, reply,
+                  {"identity": rendering.identity, "stamps_date": rendering.stamps_date},
                   finish_reason(result.turn.stop_reason, bool(reply.calls)),
-                  entries(stream.tokens) if entries is not None else None, stream.sent)
+                  entries(stream.tokens) if entries is not None else None)
 
 
 def _node_label(messages: list[dict]) -> str:
@@ -269,9 +267,9 @@ def serve_completion(engine: SessionEngine, token: CancelToken, req: CompletionR
     config = _decode_config(req, req.max_tokens, engine.n_ctx, None, logprobs)
     result = _run(engine, prompt, config, TurnExtras(prompt.runs, stream.token, f"completion: {text[:40]}"))
     stream.finish(result.turn.text)
-    return Served(rid, created, engine.model_name, None, None, result, None, ParsedReply(result.turn.text, ()),
+    return Served(rid, created, engine.model_name, None, None, result, None, ParsedReply(result.turn.text, ()), None,
                   finish_reason(result.turn.stop_reason, False),
-                  entries(stream.tokens) if entries is not None else None, stream.sent)
+                  entries(stream.tokens) if entries is not None else None)
 
 
 def _entries(engine: SessionEngine) -> Callable[[list[TokenChunk]], list[dict]]:
