@@ -412,3 +412,26 @@ def test_a_poisoned_session_is_a_500_with_its_reason_and_the_next_request_is_ser
         assert "reopened for the next request" in failed.value.message
         assert after.choices[0].finish_reason in ("stop", "length")
         assert set(kept) <= {p.name for p in (tmp_path / "snapshots" / "blobs").iterdir()}
+
+
+def test_each_request_is_in_the_trace_as_queued_then_served(tiny_chatml, tmp_path):
+    trace = tmp_path / "api.jsonl"
+    with running_api(tiny_chatml, PROFILE, tmp_path, trace=trace) as traced:
+        first = chat(traced.client(), [system("Traced."), user("One")])
+        chat(traced.client(), [system("Traced."), user("One"), reply_message(first), user("Two")])
+        with pytest.raises(openai.BadRequestError):
+            chat(traced.client(), [user("word " * 1200)])
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    requests = [(e["kind"], e["request"]) for e in events if e["kind"] in ("request_queued", "request_served")]
+    ids = list(dict.fromkeys(r for _, r in requests))
+    assert requests == [(kind, r) for r in ids for kind in ("request_queued", "request_served")]
+    served = [e for e in events if e["kind"] == "request_served"]
+    assert [(e["status"], e["conversation"], e["route"]) for e in served] == [
+        ("done", "c1", "cold"), ("done", "c1", "resident"), ("failed", "", "")]
+    assert served[1]["reused"] == first.usage.prompt_tokens + first.usage.completion_tokens
+    assert served[1]["divergence"]["kind"] == "appended"
+    assert [s[0] for s in served[1]["segments"]] == ["system", "message 1 (user)", "message 2 (assistant)",
+                                                     "message 3 (user)", "generation prompt"]
+    assert served[2]["error"].startswith("the request (1")
+    routed = [e for e in events if e["kind"] == "request_routed"]
+    assert [e["request"] for e in routed] == ids[:2]

@@ -26,12 +26,21 @@ from effctx_core.api import errors
 from effctx_core.api.errors import ApiError
 from effctx_core.api.logline import log_line
 from effctx_core.api.models import ChatCompletionRequest, CompletionRequest, param_of
-from effctx_core.api.responses import chat_completion, chunk, effctx_object, text_completion, timings, usage
+from effctx_core.api.responses import (
+    chat_completion,
+    chunk,
+    effctx_object,
+    served_event,
+    text_completion,
+    timings,
+    usage,
+)
 from effctx_core.api.serving import Delta, Served, new_id, serve_chat, serve_completion, tool_call_json
 from effctx_core.cancel import CancelToken
 from effctx_core.engine.service import EngineService, Job, ServiceState
 from effctx_core.engine.session_engine import SessionEngine
 from effctx_core.errors import EffctxError, EngineLoadFailed, QueueFull, ServiceStopping, SessionFatalError
+from effctx_core.events.trace import RequestQueued, RequestServed
 
 log = logging.getLogger("effctx.api")
 
@@ -161,26 +170,39 @@ def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
         if status.state is not ServiceState.READY:
             raise errors.unavailable("the server is stopping")
 
-    def _submit(fn: Callable[[SessionEngine, CancelToken], Served]) -> Job[Served]:
+    def _submit(fn: Callable[[SessionEngine, CancelToken], Served], rid: str, endpoint: str) -> Job[Served]:
         _ready()
         after = settings.after_request
+        t0 = time.perf_counter()
 
         def job(engine: SessionEngine, token: CancelToken) -> Served:
+            queue_ms = (time.perf_counter() - t0) * 1000
             try:
                 served = fn(engine, token)
-            except SessionFatalError:
-                engine.reopen()  # the next request gets a fresh session of the same cell
+            except BaseException as exc:
+                error = _failure(exc) if isinstance(exc, Exception) else errors.server_error(type(exc).__name__)
+                if isinstance(exc, SessionFatalError):
+                    engine.reopen()  # the next request gets a fresh session of the same cell
+                engine.note(RequestServed, request=rid, status="failed", endpoint=endpoint, error=error.message,
+                            queue_ms=round(queue_ms, 3))
                 raise
+            engine.note(RequestServed, **served_event(served, endpoint, queue_ms))
             if after is not None:
                 after(engine)
             return served
 
         try:
-            return service.submit(job)
+            submitted = service.submit(job)
         except QueueFull as exc:
             raise errors.queue_full(service.status.queued, settings.retry_after) from exc
         except ServiceStopping as exc:
             raise errors.unavailable(str(exc)) from exc
+        engine = service.engine
+        if engine is not None:
+            status = service.status
+            engine.note(RequestQueued, request=rid, endpoint=endpoint,
+                        ahead=(submitted.position or 0) + (1 if status.running else 0))
+        return submitted
 
     @app.get("/health")
     async def health() -> Response:
@@ -201,11 +223,12 @@ def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
 
     async def _answer(request: Request, req: Any, serve: Callable[..., Served], respond: Callable[[Served], dict],
                       rid: str, chat: bool) -> Response:
+        endpoint = "chat" if chat else "completion"
         if not req.stream:
-            job = _submit(lambda engine, token: serve(engine, token, req, rid, None))
-            served = await _await_job(service, job, request)
+            job = _submit(lambda engine, token: serve(engine, token, req, rid, None), rid, endpoint)
+            served = await _await_job(service, job, request, rid, endpoint)
             return Response(status_code=499) if served is None else JSONResponse(respond(served))
-        return await _stream(service, request, _submit, rid, lambda on_text: (
+        return await _stream(service, request, lambda fn: _submit(fn, rid, endpoint), rid, lambda on_text: (
             lambda engine, token: serve(engine, token, req, rid, on_text)), req.include_usage, chat, _model_name())
 
     @app.post("/v1/chat/completions")
@@ -234,10 +257,21 @@ def _failure(exc: BaseException) -> ApiError:
     return errors.server_error(f"internal error: {type(exc).__name__}: {exc}")
 
 
-async def _await_job(service: EngineService, job: Job[Served], request: Request) -> Served | None:
+def _client_left(service: EngineService, job: Job[Served], rid: str, endpoint: str) -> None:
+    """The client went away: its request stops (at its next chunk or token when it runs,
+    at once when it waits), and a request that never ran says so itself."""
+    waiting = job.position is not None
+    service.cancel(job)
+    log.info("%s · client went away: request cancelled", rid[-8:])
+    engine = service.engine
+    if waiting and engine is not None:
+        engine.note(RequestServed, request=rid, status="cancelled", endpoint=endpoint)
+
+
+async def _await_job(service: EngineService, job: Job[Served], request: Request, rid: str,
+                     endpoint: str) -> Served | None:
     if not await _finished(asyncio.wrap_future(job.future), request):
-        service.cancel(job)
-        log.info("client went away: request cancelled")
+        _client_left(service, job, rid, endpoint)
         return None
     exc = job.future.exception()
     if exc is not None:
@@ -268,10 +302,10 @@ async def _stream(service: EngineService, request: Request, submit: Callable[[An
     job.future.add_done_callback(lambda _f: loop.call_soon_threadsafe(queue.put_nowait, _DONE))
     # Wait for the first text (or the end) before answering: an error before any text is
     # an HTTP error with its status, not an event inside a 200 stream.
+    endpoint = "chat" if chat else "completion"
     getting = asyncio.ensure_future(queue.get())
     if not await _finished(getting, request):
-        service.cancel(job)
-        log.info("client went away: request cancelled")
+        _client_left(service, job, rid, endpoint)
         return Response(status_code=499)
     first = getting.result()
     if first is _DONE and job.future.exception() is not None:
@@ -313,8 +347,7 @@ async def _stream(service: EngineService, request: Request, submit: Callable[[An
             # The client went away mid-stream (Starlette cancels this generator), or the
             # stream ended: either way the job is not left running for nobody.
             if not job.future.done():
-                service.cancel(job)
-                log.info("client went away: request cancelled")
+                _client_left(service, job, rid, endpoint)
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -100,3 +100,20 @@ def chunk(rid: str, created: int, model: str, delta: dict | None, finish: str | 
     return {"id": rid, "object": "text_completion", "created": created, "model": model,
             "choices": [{"index": 0, "text": (delta or {}).get("content", ""), "finish_reason": finish,
                          "logprobs": None}]}
+
+
+def served_event(s: Served, endpoint: str, queue_ms: float) -> dict:
+    """The fields of the request's RequestServed event: what the console's requests screen
+    and a replay of the trace show of it."""
+    r, t, d = s.result, s.turn, s.divergence
+    return {
+        "request": s.id, "status": "cancelled" if t.stop_reason == "cancelled" else "done", "endpoint": endpoint,
+        "conversation": s.conversation or "", "turn": r.turn_number, "prompt_tokens": r.prompt_tokens,
+        "reused": r.cached, "computed": r.computed, "dropped": t.dropped, "route": r.route.kind.value,
+        "node": r.route.node or "", "finish": s.finish_reason, "ttft_ms": t.ttft_ms,
+        "prefill_ms": round(t.prefill_ms, 3), "prefill_tps": round(t.prefill_tps, 2),
+        "decode_tps": round(t.decode_tps, 2), "generated": t.generated, "queue_ms": round(queue_ms, 3),
+        "segments": () if s.prompt is None else tuple(tuple(g.to_json()) for g in s.prompt.segments),
+        "divergence": None if d is None else d.to_json(), "versions": s.versions,
+        "stable_computed": s.stable_computed, "label": s.label,
+    }

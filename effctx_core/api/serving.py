@@ -15,7 +15,14 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from effctx_core.api.conversations import Divergence, diverge, find_conversation, message_hash, request_facts
+from effctx_core.api.conversations import (
+    Divergence,
+    PromptSegment,
+    diverge,
+    find_conversation,
+    message_hash,
+    request_facts,
+)
 from effctx_core.api.errors import bad_request, context_exceeded
 from effctx_core.api.holdback import TextHoldback
 from effctx_core.api.models import ChatCompletionRequest, CompletionRequest, NamedToolChoice, content_text
@@ -37,6 +44,7 @@ from effctx_core.errors import ContextOverflowError, EffctxError
 from effctx_core.events.trace import TurnResult
 from effctx_core.residency import Segment
 from effctx_core.residency.tracker import SegmentRun
+from effctx_core.snapshots.tree import Node
 
 # The markers a reply opens a tool call with, per format: text from one on is held back
 # from a stream and parsed when the reply is complete.
@@ -68,6 +76,9 @@ class Served:
     template: dict | None  # the format the prompt was written in, and whether it stamps the date
     finish_reason: str
     logprobs: list[dict] | None  # OpenAI's logprobs.content entries, when asked
+    label: str = ""  # the last message, as the tree's node names it
+    versions: dict | None = None  # the diverging segment, both versions
+    stable_computed: int | None = None  # modeled: what a stable prefix would have left to compute
 
     @property
     def turn(self) -> TurnResult:
@@ -209,9 +220,11 @@ def serve_chat(engine: SessionEngine, token: CancelToken, req: ChatCompletionReq
         if kept is not None:
             built = kept
             facts = replace(facts, segments=built.segments)
-            divergence = replace(divergence, kind="appended", detail=f"the reply resent in {divergence.segment.label} "
-                                 "kept in the tokens the model wrote it in" if divergence.segment else "", retokenized_at=divergence.at, at=None, segment=None,
-                                 offset=None, stored="", prompt="")
+            where = divergence.segment.label if divergence.segment is not None else "a reply"
+            divergence = replace(divergence, kind="appended", retokenized_at=divergence.at, at=None, segment=None,
+                                 offset=None, stored="", prompt="",
+                                 detail=f"the reply resent in {where} kept in the tokens the model wrote it in")
+    versions = _versions(engine, earlier.node if earlier is not None else None, divergence, built)
     parse_calls = bool(tools) and req.tool_choice != "none"
     markers = tuple(req.stops) + (_CALL_MARKERS[fmt] if parse_calls else ())
     entries = _entries(engine) if logprobs is not None else None
@@ -228,14 +241,43 @@ def serve_chat(engine: SessionEngine, token: CancelToken, req: ChatCompletionReq
 
     label = _node_label(messages)
     config = _decode_config(req, req.reply_limit, engine.n_ctx, grammar, logprobs)
-    result = _run(engine, built.request, config, TurnExtras(built.request.runs, stream.token, label, node_metrics))
+    result = _run(engine, replace(built.request, request=rid), config,
+                  TurnExtras(built.request.runs, stream.token, label, node_metrics))
     reply = parsed[0] if parsed else ParsedReply(result.turn.text, ())
     if not reply.calls:
         stream.finish(reply.content)
+    stable = None
+    if earlier is not None:
+        # Had the prompt kept everything its conversation's last request held, only what
+        # it appends would be computed.
+        stable = min(result.computed, max(1, len(built.tokens) - engine.tree.tape_length(earlier.node.id)))
     return Served(rid, created, engine.model_name, conversation, built, result, divergence, reply,
                   {"identity": rendering.identity, "stamps_date": rendering.stamps_date},
                   finish_reason(result.turn.stop_reason, bool(reply.calls)),
-                  entries(stream.tokens) if entries is not None else None)
+                  entries(stream.tokens) if entries is not None else None, label, versions, stable)
+
+
+# The most of a diverging segment's two versions an event carries (a tool catalogue or a
+# document can be long; the start of the difference is what a person reads first).
+VERSION_CHARS = 4000
+
+
+def _versions(engine: SessionEngine, node: Node | None, divergence: Divergence,
+              built: BuiltPrompt) -> dict | None:
+    """The diverging segment as the conversation's last request had it and as this prompt
+    has it, for a side-by-side view."""
+    seg = divergence.segment
+    if node is None or seg is None:
+        return None
+    stored = None
+    for row in (node.metrics or {}).get("segments", ()):
+        earlier = PromptSegment.from_json(row)
+        if earlier.label == seg.label:
+            stored = engine.detokenize(engine.tree.tape(node.id)[earlier.start:earlier.end])
+            break
+    prompt = engine.detokenize(built.tokens[seg.start:seg.end])
+    return {"label": seg.label, "stored": None if stored is None else stored[:VERSION_CHARS],
+            "prompt": prompt[:VERSION_CHARS]}
 
 
 def _node_label(messages: list[dict]) -> str:
@@ -265,11 +307,12 @@ def serve_completion(engine: SessionEngine, token: CancelToken, req: CompletionR
     stream = _Stream(on_text, tuple(req.stops), entries)
     prompt = RequestPrompt(tokens, [SegmentRun(Segment.USER, len(tokens), 0)], text, (), None)
     config = _decode_config(req, req.max_tokens, engine.n_ctx, None, logprobs)
-    result = _run(engine, prompt, config, TurnExtras(prompt.runs, stream.token, f"completion: {text[:40]}"))
+    label = f"completion: {text[:40]}"
+    result = _run(engine, replace(prompt, request=rid), config, TurnExtras(prompt.runs, stream.token, label))
     stream.finish(result.turn.text)
     return Served(rid, created, engine.model_name, None, None, result, None, ParsedReply(result.turn.text, ()), None,
                   finish_reason(result.turn.stop_reason, False),
-                  entries(stream.tokens) if entries is not None else None)
+                  entries(stream.tokens) if entries is not None else None, label)
 
 
 def _entries(engine: SessionEngine) -> Callable[[list[TokenChunk]], list[dict]]:

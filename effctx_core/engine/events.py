@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +22,9 @@ class EventBus:
         self._trace_error: str | None = None
         self._t0 = time.perf_counter_ns()
         self.started_wall = time.time()
+        # The engine's thread emits most events; a front end notes its own (a request
+        # queued) from another: one at a time, so the trace's lines stay whole and in order.
+        self._lock = threading.Lock()
 
     def subscribe(self, subscriber: Subscriber) -> Unsubscribe:
         return self._subscribers.subscribe(subscriber)
@@ -31,11 +35,12 @@ class EventBus:
     def emit(self, event_type: Callable[Fields, Event], /, *args: Fields.args, **fields: Fields.kwargs) -> None:
         """The record `event_type(*args, **fields)`, stamped with the time since the bus
         started. The record's own signature types the fields, so mypy checks every call."""
-        event = replace(event_type(*args, **fields), t_ms=self.elapsed_ms())
-        if self._trace is not None:
-            self._trace(event)
-            self._check_trace()
-        self._subscribers.deliver(event)
+        with self._lock:
+            event = replace(event_type(*args, **fields), t_ms=self.elapsed_ms())
+            if self._trace is not None:
+                self._trace(event)
+                self._check_trace()
+            self._subscribers.deliver(event)
 
     def _check_trace(self) -> None:
         """A trace that stopped being written is said once, to the subscribers (the

@@ -38,6 +38,7 @@ class RequestPrompt:
     input_text: str  # what the node's turn records as said: the last message
     stop: tuple[str, ...] = ()
     opening: str | None = None
+    request: str = ""  # the front end's id of the request, for its events
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class RequestResult:
     route: Route
     prompt_tokens: int
     node: str | None  # the tree node that keeps the reply's state
+    turn_number: int = 0  # the engine turn that served it
 
     @property
     def computed(self) -> int:
@@ -118,7 +120,7 @@ class RequestRunner:
                 tracker.reset()
         state.bus.emit(RequestRouted, turn=state.turns + 1, route=route.kind.value, shared=route.shared,
                        prompt_tokens=len(tokens), key=route.key or "", node=route.node or "", ms=round(route.ms, 3),
-                       reason=route.reason)
+                       reason=route.reason, request=prompt.request)
         routed = {"route": route.kind.value, "shared": route.shared, "prompt_tokens": len(tokens)}
         given = extras.metrics
         result = self._turns.run(prompt.input_text, new, config, prompt.stop, Segment.USER, prompt.opening,
@@ -126,7 +128,7 @@ class RequestRunner:
                                             lambda r: {**(given(r) if given is not None else {}), **routed}))
         self.costs.observe_prefill(result.prefilled, result.prefill_ms)
         node = state.tree.current if result.stop_reason != "cancelled" or result.generated else None
-        return RequestResult(result, route, len(tokens), node)
+        return RequestResult(result, route, len(tokens), node, state.turns)
 
     def _resident_shared(self, tokens: list[int]) -> int:
         state = self._state

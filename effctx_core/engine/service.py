@@ -123,10 +123,16 @@ class EngineService:
         return self._state
 
     @property
+    def engine(self) -> SessionEngine | None:
+        """The open engine, once loaded: for what may be read or noted from any thread
+        (its info, its events); everything that runs goes through submit()."""
+        return self._engine if self._state is ServiceState.READY else None
+
+    @property
     def model_name(self) -> str | None:
         """The loaded model's name, once it is loaded (its info does not change)."""
-        engine = self._engine
-        return engine.model_name if engine is not None and self._state is ServiceState.READY else None
+        engine = self.engine
+        return engine.model_name if engine is not None else None
 
     def _position(self, job: Job) -> int | None:
         with self._cond:

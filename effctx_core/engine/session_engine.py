@@ -13,7 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, ParamSpec, Sequence
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from effctx_core.errors import EffctxError, UnsupportedFeatureError
 from effctx_core.events.subscribers import Subscriber, Unsubscribe
 from effctx_core.events.trace import (
     ErrorRaised,
+    Event,
     ResidencyAction,
     SessionOpened,
     SnapshotRestored,
@@ -50,6 +51,8 @@ from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree import SnapshotTree
 from effctx_core.transcript import chat_format_for
 from effctx_core.units import ms_since
+
+Fields = ParamSpec("Fields")
 
 
 class SessionEngine:
@@ -77,6 +80,11 @@ class SessionEngine:
     def subscribe(self, subscriber: Subscriber) -> Unsubscribe:
         """Call `subscriber` with every event from now on; returns the call that stops it."""
         return self._state.bus.subscribe(subscriber)
+
+    def note(self, event_type: Callable[Fields, Event], /, *args: Fields.args, **fields: Fields.kwargs) -> None:
+        """An event a front end adds to the engine's (a request queued, a request served):
+        its subscribers and its trace get it like the engine's own, from any thread."""
+        self._state.bus.emit(event_type, *args, **fields)
 
     @property
     def trace_error(self) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from effctx_core.contract import PrefixCause, RuntimeCounts
 from effctx_core.errors import EffctxError
-from effctx_core.events.trace import Event, PrefixChecked, RuntimeCounted, TurnFinished, TurnResult
+from effctx_core.events.trace import Event, PrefixChecked, RequestServed, RuntimeCounted, TurnFinished, TurnResult
 from effctx_core.user_files import UserFileError, read_input_bytes
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
@@ -83,6 +83,8 @@ def _event(data: dict, where: str) -> Event:
         data["result"] = TurnResult(**legacy_ttft(data["result"]))
     if cls is RuntimeCounted:
         data["counts"] = RuntimeCounts(**data["counts"])
+    if cls is RequestServed:
+        data["segments"] = tuple(tuple(segment) for segment in data.get("segments", ()))
     if cls is PrefixChecked and not data.get("cause"):
         data.update(legacy_prefix_cause(data))
     try:

@@ -245,6 +245,52 @@ class RequestRouted(Event):
     node: str = ""  # the tree node holding that entry
     ms: float = 0.0  # the restore
     reason: str = ""  # why a stored state was not used, when one was refused
+    request: str = ""  # the endpoint's id of the request ("" for the engine's own callers)
+
+
+@dataclass(frozen=True)
+class RequestQueued(Event):
+    """A client's request joined the engine's queue."""
+
+    kind: ClassVar[str] = "request_queued"
+    request: str
+    endpoint: str  # "chat" or "completion"
+    ahead: int  # requests queued or running before it
+
+
+@dataclass(frozen=True)
+class RequestServed(Event):
+    """What a client's request came to: its prompt, what of it was reused and from where,
+    where and why it left its conversation, and what it cost."""
+
+    kind: ClassVar[str] = "request_served"
+    request: str
+    status: str  # "done", "cancelled" (the client left) or "failed"
+    endpoint: str = "chat"
+    conversation: str = ""  # "" for a text completion
+    turn: int = 0  # the engine turn that served it (0: none ran)
+    prompt_tokens: int = 0
+    reused: int = 0
+    computed: int = 0
+    dropped: int = 0
+    route: str = ""  # a RouteKind value
+    node: str = ""  # the stored state's node a restore started from
+    finish: str = ""  # the OpenAI finish_reason
+    ttft_ms: float | None = None
+    prefill_ms: float = 0.0
+    prefill_tps: float = 0.0
+    decode_tps: float = 0.0
+    generated: int = 0
+    queue_ms: float = 0.0  # from joining the queue to its turn starting
+    # (label, message index, role, start, end): the prompt's token ranges.
+    segments: tuple[tuple, ...] = ()
+    divergence: dict | None = None  # see api.conversations.Divergence.to_json
+    # The diverging segment as the conversation's last request had it and as this prompt has it.
+    versions: dict | None = None
+    # Prompt tokens a prompt that kept the conversation's start would have left to compute.
+    stable_computed: int | None = None
+    error: str = ""  # the one line a failed request was answered with
+    label: str = ""  # the last message, as the tree's node names it
 
 
 @dataclass(frozen=True)

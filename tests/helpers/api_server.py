@@ -46,7 +46,8 @@ CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
 
 class ApiServer:
     def __init__(self, model: Path, profile: Profile, state: Path, *, api_key: str | None = None, queue: int = 16,
-                 max_body: int = 8 * 1024 * 1024, load_gate: threading.Event | None = None):
+                 max_body: int = 8 * 1024 * 1024, load_gate: threading.Event | None = None,
+                 trace: Path | None = None):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         store = SnapshotStore(state / "snapshots")
@@ -56,7 +57,7 @@ class ApiServer:
             if load_gate is not None:  # a test holds the load to see the endpoint while it loads
                 progress("held by the test", 0, 1)
                 assert load_gate.wait(WAIT)
-            return SessionEngine(model, profile, checkpoints=store)
+            return SessionEngine(model, profile, checkpoints=store, trace_path=trace)
 
         self.service = EngineService(open_engine, queue)
         self.service.submit(lambda engine, token: keeper.load(engine))
