@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from textual import work
 
 from effctx_core.bench.cell import CellBenchPlan
 from effctx_core.cancel import CancelToken
 from effctx_core.engine import ConsoleEngine, PrefillCancelled, SessionEngine
+from effctx_core.engine.queued import QueuedEngine
+from effctx_core.engine.service import EngineService
 from effctx_core.errors import Cancelled, EffctxError
 from effctx_core.events.reader import Trace
 from effctx_core.events.trace import Event, ModelProgress
@@ -19,8 +22,15 @@ from effctx_core.snapshots import SnapshotStore
 from effctx_core.snapshots.tree_file import session_path
 from effctx_tui.console import ConsoleApp
 from effctx_tui.messages import EngineEvent, EngineFailed, EngineLoading, EngineReady
+from effctx_tui.options import ApiAddress
 from effctx_tui.replay_player import ReplayPlayer
 from effctx_tui.screens.session import ConsoleHost, SessionScreen
+
+if TYPE_CHECKING:
+    from effctx_core.api.server import EndpointThread
+
+# Requests (the endpoint's and the console's own turns) that may wait for the engine.
+API_QUEUE = 16
 
 # The default of `checkpoints`: a store in the user cache dir. None is a choice of its
 # own (nodes keep no state, so every restore recomputes), hence a named default.
@@ -52,6 +62,8 @@ class EffctxApp(ConsoleApp):
         prefix_name: str = "prefix",
         prefix_cache: SnapshotStore | None | Literal["user-cache"] = USER_CACHE,
         warnings: list[str] | None = None,
+        api: ApiAddress | None = None,
+        api_socket: socket.socket | None = None,
     ) -> None:
         super().__init__(theme=theme)
         self.model_arg = model
@@ -72,6 +84,9 @@ class EffctxApp(ConsoleApp):
         # A recorded trace to play instead of a model (`effctx --replay FILE`).
         self.player = ReplayPlayer(replay, replay_speed, not replay_paused) if replay is not None else None
         self.session_screen = SessionScreen(max_tokens, self.player)
+        # The endpoint this console serves its engine on (`--api`), once the model is open.
+        self.api, self._api_socket = api, api_socket
+        self.endpoint: EndpointThread | None = None
 
     def on_mount(self) -> None:
         self.push_screen(self.session_screen)
@@ -152,6 +167,28 @@ class EffctxApp(ConsoleApp):
                     exc = EffctxError(f"{exc}; this console does not save the session")
                     self.session_name = None
                 self.session_screen.post_message(EngineFailed(f"session {name} not reopened: {exc}"))
+        if self._api_socket is not None:
+            # After the session is back: the endpoint's first request sees its tree.
+            self.engine = self._serve(engine)
+
+    @property
+    def endpoint_address(self) -> str | None:
+        return self.endpoint.address if self.endpoint is not None else None
+
+    def _serve(self, engine: SessionEngine) -> QueuedEngine:
+        """Share the open engine with the endpoint: one queue for the endpoint's requests
+        and this console's turns, in arrival order."""
+        from effctx_core.api.app import ApiSettings
+        from effctx_core.api.server import EndpointThread
+
+        assert self.api is not None and self._api_socket is not None  # both come from --api
+        service = EngineService(lambda _progress: engine, queue_size=API_QUEUE)
+        service.start()
+        settings = ApiSettings(model_name=engine.model_name, api_key=self.api.key)
+        self.endpoint = EndpointThread(service, settings, self._api_socket, API_QUEUE)
+        self.endpoint.start()
+        self.call_from_thread(self.session_screen.show_endpoint)
+        return QueuedEngine(service, engine)
 
     def _load_prefix(self, engine: SessionEngine, text: str, token: CancelToken) -> None:
         try:
@@ -170,6 +207,11 @@ class EffctxApp(ConsoleApp):
             self.notify(f"session not saved: {exc}", severity="warning")
 
     def on_unmount(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.stop()  # stops the engine's service too, which closes the engine
+            return
+        if self._api_socket is not None:
+            self._api_socket.close()  # the model never opened: nothing served on it
         if self.engine is not None:
             self.engine.cancel()
             self.engine.close()

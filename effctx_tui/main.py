@@ -65,6 +65,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"effctx: {note}", file=sys.stderr)
     from effctx_tui.app import USER_CACHE, EffctxApp
 
+    api_socket = None
+    if checked.api is not None:
+        from effctx_core.api.server import bind
+
+        try:
+            # Taken now: a port in use is one line before the console opens.
+            api_socket = bind(checked.api.host, checked.api.port)
+        except EffctxError as exc:
+            print(f"effctx: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if checked.replay is not None:
         app = EffctxApp(replay=checked.replay, replay_speed=opts.speed)
     else:
@@ -74,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         session_name=opts.session or time.strftime("%Y%m%d-%H%M%S"),
                         prefix_text=checked.prefix_text,
                         prefix_name=Path(opts.prefix_file).name if opts.prefix_file else "prefix",
-                        prefix_cache=None if opts.no_prefix_cache else USER_CACHE, warnings=checked.warnings)
+                        prefix_cache=None if opts.no_prefix_cache else USER_CACHE, warnings=checked.warnings,
+                        api=checked.api, api_socket=api_socket)
     if os.environ.get(SERVED_ENV):
         _end_with_server(app)
     app.run()

@@ -51,7 +51,34 @@ def console_parser(commands: list[str]) -> OneLineParser:
                         help="a system prompt or document made resident before the first turn; its state is "
                              "kept in the prefix cache, so the next console with the same file and cell restores it")
     parser.add_argument("--no-prefix-cache", action="store_true", help="prefill the prefix without the prefix cache")
+    parser.add_argument("--api", metavar="[HOST:]PORT",
+                        help="also serve the engine as an OpenAI-compatible endpoint (127.0.0.1 unless HOST is "
+                             "given; any other host needs --api-key): its requests and your turns share one queue")
+    parser.add_argument("--api-key", metavar="KEY", help="the key every endpoint request must send")
     return parser
+
+
+@dataclass(frozen=True)
+class ApiAddress:
+    host: str
+    port: int
+    key: str | None
+
+
+def _api_address(opts: argparse.Namespace) -> ApiAddress | None:
+    from effctx_core.backends.common.network import is_loopback
+
+    if opts.api is None:
+        if opts.api_key:
+            raise EffctxError("--api-key is for the endpoint: give --api [HOST:]PORT too")
+        return None
+    host, _, port = opts.api.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise EffctxError(f"--api {opts.api!r}: give [HOST:]PORT with a port from 1 to 65535")
+    if not is_loopback(host) and not opts.api_key:
+        raise EffctxError(f"--api {opts.api} is reachable from other machines: give --api-key too")
+    return ApiAddress(host, int(port), opts.api_key)
 
 
 @dataclass(frozen=True)
@@ -60,6 +87,7 @@ class ConsoleOptions:
     replay: Trace | None  # a recorded trace to play instead of a model
     prefix_text: str | None
     warnings: list[str]  # said before the console opens and again inside it
+    api: ApiAddress | None = None  # where the console also serves its engine
 
     @property
     def notes(self) -> list[str]:
@@ -90,4 +118,7 @@ def check_console_options(opts: argparse.Namespace) -> ConsoleOptions:
             raise EffctxError("--prefix-file needs a model: a replay plays its recorded prefix")
         if opts.trace or opts.record:
             raise EffctxError("--trace records a model's session: a replay has none to record")
-    return ConsoleOptions(inputs.profile, replay, inputs.prefix_text, inputs.warnings)
+    api = _api_address(opts)
+    if api is not None and replay is not None:
+        raise EffctxError("--api serves a model: a replay has none")
+    return ConsoleOptions(inputs.profile, replay, inputs.prefix_text, inputs.warnings, api)

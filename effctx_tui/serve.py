@@ -132,6 +132,9 @@ def serve(argv: list[str]) -> int:
     try:
         opts = _serve_parser(console).parse_args(argv)
         checked = check_console_options(opts)
+        if checked.api is not None:
+            # Every browser tab runs a console of its own, and one port takes one endpoint.
+            raise EffctxError("--api serves one console's engine: run `effctx --api` in a terminal instead")
         host = opts.host or DEFAULT_HOST
         _check_listen(host, opts.port)
         if opts.prefix_file:

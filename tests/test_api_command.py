@@ -67,3 +67,14 @@ def test_it_serves_logs_each_request_and_stops_cleanly_on_ctrl_c(tiny_chatml, tm
     kept = list((tmp_path / "state").glob("conversations-*.json"))
     assert len(kept) == 1 and json.loads(kept[0].read_text())
     assert all(json.loads(line) for line in trace.read_text().splitlines())
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--api", "0.0.0.0:8080"], "effctx: error: --api 0.0.0.0:8080 is reachable from other machines: give --api-key too"),
+    (["--api", "localhost:http"], "effctx: error: --api 'localhost:http': give [HOST:]PORT with a port from 1 to 65535"),
+    (["--api-key", "k"], "effctx: error: --api-key is for the endpoint: give --api [HOST:]PORT too"),
+    (["--api", "8080", "--demo", "chat"], "effctx: error: --api serves a model: a replay has none"),
+    (["serve", "--api", "8080"], "effctx: error: --api serves one console's engine: run `effctx --api` in a terminal instead"),
+])
+def test_the_console_refuses_an_endpoint_it_cannot_serve_in_one_line(args, line):
+    assert one_error_line(effctx(*args)) == line

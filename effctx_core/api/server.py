@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+import threading
 from typing import Any
 
 import uvicorn
@@ -108,3 +109,36 @@ def serve(service: EngineService, settings: ApiSettings, sock: socket.socket, qu
     finally:
         service.stop()
         sock.close()
+
+
+class EndpointThread:
+    """The endpoint served from a thread, in a process whose main thread runs something
+    else (the console): uvicorn installs no signal handlers off the main thread, so the
+    process's own Ctrl+C handling stays as it is, and stop() ends the server."""
+
+    def __init__(self, service: EngineService, settings: ApiSettings, sock: socket.socket, queue: int):
+        self.service = service
+        self._sock = sock
+        self._server = make_server(service, settings, queue)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name="effctx-api",
+                                        daemon=True)
+
+    @property
+    def address(self) -> str:
+        host, port = self._sock.getsockname()[:2]
+        return f"{host}:{port}"
+
+    @property
+    def started(self) -> bool:
+        return bool(self._server.started)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = GRACEFUL_S + 5) -> None:
+        """Stop taking requests (running ones get the graceful period), then the engine."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self.service.stop(timeout)
+        self._sock.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
 from effctx_core.contract import DecodeConfig
+from effctx_core.engine.queued import QueuedEngine
 from effctx_core.engine.records import NodeRestore, SwapResult
 from effctx_core.engine.session_engine import SessionEngine
 from effctx_core.events.replay import ReplayEngine
@@ -118,4 +119,5 @@ class ConsoleEngine(EventSource, Protocol):
 # mypy checks here that both engines are ConsoleEngines, without a front end having to
 # hold one of each first.
 _LIVE: type[ConsoleEngine] = SessionEngine
+_SHARED: type[ConsoleEngine] = QueuedEngine
 _REPLAY: type[ConsoleEngine] = ReplayEngine

@@ -28,6 +28,9 @@ from effctx_core.events.trace import (
     NodeRestored,
     PrefillChunk,
     PrefixCacheLookup,
+    RequestQueued,
+    RequestRouted,
+    RequestServed,
     SessionOpened,
     SwapAbandoned,
     TokenDecoded,
@@ -44,6 +47,7 @@ from effctx_tui.screens.prompt_file import PromptFileDialog
 from effctx_tui.screens.residency import BudgetSteering, ResidencyScreen, changes_residency
 from effctx_tui.screens.snapshots import BRANCH, SnapshotsScreen
 from effctx_tui.screens.timings import TimingsScreen, engine_timeline
+from effctx_tui.widgets.endpoint_status import EndpointStatus
 from effctx_tui.widgets.footer import EffctxFooter
 from effctx_tui.widgets.prompt_input import PromptInput
 from effctx_tui.widgets.residency_strip import ResidencyStrip
@@ -98,6 +102,11 @@ class ConsoleHost(Protocol):
     session_name: str | None  # the name the tree is saved under (None: not saved)
     bench_plan: CellBenchPlan
 
+    @property
+    def endpoint_address(self) -> str | None:
+        """Where the console serves its engine as an OpenAI endpoint (`--api`), if it does."""
+        ...
+
     def open_engine(self) -> None: ...
 
     def cancel_loading(self) -> None: ...
@@ -142,6 +151,8 @@ class SessionScreen(Screen):
         self._resident = 0
         self._introduced = False  # the first screen's notes (the strip, a base model) are said once
         self._enter_refused = -math.inf  # time.monotonic() of the last "Enter sent nothing" notice
+        self._waiting: set[str] = set()  # the endpoint's requests queued and not yet started
+        self._request_turn = 0  # the turn serving the endpoint's last routed request
 
     @property
     def effctx_app(self) -> ConsoleHost:
@@ -169,6 +180,7 @@ class SessionScreen(Screen):
             yield ProgressBar(id="progress", show_eta=False)
         yield ResidencyStrip(id="residency-strip")
         yield StatusLine(id="status")
+        yield EndpointStatus(id="endpoint")
         yield PromptInput(placeholder="Loading the model…", id="prompt")
         yield EffctxFooter()
 
@@ -420,10 +432,41 @@ class SessionScreen(Screen):
                 f"still on {e.old_profile}"),
             NodeAdded: self._on_node_added,
             NodeRestored: self._on_node_restored,
+            RequestQueued: self._on_request_queued,
+            RequestRouted: self._on_request_routed,
+            RequestServed: self._on_request_served,
         }
 
+    # ------------------------------------------------------------------ an endpoint's requests
+
+    def _on_request_queued(self, event: RequestQueued) -> None:
+        self._waiting.add(event.request)
+        self._show_endpoint()
+
+    def _on_request_routed(self, event: RequestRouted) -> None:
+        # The turn that follows is a client's, not typed here: the transcript says so.
+        self._waiting.discard(event.request)
+        self._request_turn = event.turn
+        self._show_endpoint()
+
+    def _on_request_served(self, event: RequestServed) -> None:
+        self._waiting.discard(event.request)
+        self._show_endpoint()
+
+    def show_endpoint(self) -> None:
+        """The endpoint started: the line that says where it listens appears."""
+        self._show_endpoint()
+
+    def _show_endpoint(self) -> None:
+        address = self.effctx_app.endpoint_address
+        if address is None:
+            return
+        self.query_one(EndpointStatus).show(address, len(self._waiting))
+
     def _on_turn_started(self, event: TurnStarted) -> None:
-        if self._replay is not None:
+        if event.turn == self._request_turn:
+            self.query_one(Transcript).add_user(f"⇄ request: {event.input_text}")
+        elif self._replay is not None:
             self.query_one(Transcript).add_user(event.input_text)  # live, the prompt box added it
         self.query_one(StatusLine).show_busy("prefilling…", self._resident, self._n_ctx)
 

@@ -13,7 +13,7 @@ import openai
 
 from effctx_core.api.app import ApiSettings
 from effctx_core.api.keeper import TreeKeeper
-from effctx_core.api.server import bind, make_server
+from effctx_core.api.server import EndpointThread, bind
 from effctx_core.backends.common.network import free_port
 from effctx_core.engine import SessionEngine
 from effctx_core.engine.service import EngineService, ServiceState
@@ -62,24 +62,19 @@ class ApiServer:
         self.service = EngineService(open_engine, queue)
         self.service.submit(lambda engine, token: keeper.load(engine))
         settings = ApiSettings(model_name=model.stem, api_key=api_key, max_body=max_body, after_request=keeper.save)
-        self._sock = bind("127.0.0.1", self.port)
-        self._server = make_server(self.service, settings, queue)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        self._endpoint = EndpointThread(self.service, settings, bind("127.0.0.1", self.port), queue)
 
     def start(self, ready: bool = True) -> ApiServer:
         self.service.start()
-        self._thread.start()
+        self._endpoint.start()
         deadline = time.monotonic() + WAIT
-        while not self._server.started or (ready and self.service.state is not ServiceState.READY):
+        while not self._endpoint.started or (ready and self.service.state is not ServiceState.READY):
             assert time.monotonic() < deadline, "the endpoint did not come up"
             time.sleep(0.02)
         return self
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(WAIT)
-        self.service.stop(WAIT)
-        self._sock.close()
+        self._endpoint.stop(WAIT)
 
     def client(self, api_key: str = "unused") -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=WAIT)
