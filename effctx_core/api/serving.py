@@ -239,7 +239,7 @@ def serve_chat(engine: SessionEngine, token: CancelToken, req: ChatCompletionReq
         parsed.append(reply)
         return facts.metrics(conversation, rid, message_hash(_reply_message(reply)))
 
-    label = _node_label(messages)
+    label = f"{conversation} · {_node_label(messages)}"
     config = _decode_config(req, req.reply_limit, engine.n_ctx, grammar, logprobs)
     result = _run(engine, replace(built.request, request=rid), config,
                   TurnExtras(built.request.runs, stream.token, label, node_metrics))
