@@ -316,6 +316,18 @@ def test_a_body_over_the_limit_is_413(api):
     assert r.status_code == 413
 
 
+def test_a_body_sent_without_a_length_is_held_to_the_limit_too(api):
+    chunks = (b"x" * (1024 * 1024) for _ in range(9))
+    r = httpx2.post(f"{api.base_url}/chat/completions", content=chunks, timeout=WAIT,
+                    headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()["error"]["code"]) == (413, "request_too_large")
+
+
+def test_an_unknown_route_is_a_404_in_openai_shape(api):
+    r = httpx2.get(f"{api.base_url}/embeddings", timeout=WAIT)
+    assert (r.status_code, r.json()["error"]["type"]) == (404, "not_found_error")
+
+
 def test_a_text_completion_streams_and_reports_usage(client):
     chunks = list(client.completions.create(model="x", prompt="Once upon", max_tokens=5, temperature=0,
                                             stream=True, stream_options={"include_usage": True}))

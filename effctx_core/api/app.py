@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from effctx_core.api import errors
@@ -45,6 +46,7 @@ from effctx_core.events.trace import RequestQueued, RequestServed
 log = logging.getLogger("effctx.api")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
+BODY_CHUNK_TIMEOUT_S = 10.0  # the longest wait for the next piece of a request's body
 
 
 @dataclass(frozen=True)
@@ -89,25 +91,35 @@ class Guard:
         if length is not None and length.isdigit() and int(length) > limit:
             await _json(errors.too_large(limit))(scope, receive, send)
             return
-        received = 0
+        # The whole body is read here, within the limit and a deadline per chunk, before a
+        # route sees it: a body sent without a length, or one that trickles in, is bounded
+        # too, and the route then reads it from memory.
+        chunks, received, more = [], 0, True
+        while more:
+            try:
+                message = await asyncio.wait_for(receive(), BODY_CHUNK_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                await _json(errors.too_slow(BODY_CHUNK_TIMEOUT_S))(scope, receive, send)
+                return
+            if message["type"] != "http.request":
+                return  # the client went away while sending
+            chunks.append(message.get("body", b""))
+            received += len(chunks[-1])
+            if received > limit:
+                await _json(errors.too_large(limit))(scope, receive, send)
+                return
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        sent = False
 
-        async def limited() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    raise _BodyTooLarge()
-            return message
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # then what the connection says: a disconnect
 
-        try:
-            await self.app(scope, limited, send)
-        except _BodyTooLarge:
-            await _json(errors.too_large(limit))(scope, receive, send)
-
-
-class _BodyTooLarge(Exception):
-    pass
+        await self.app(scope, replay, send)
 
 
 def _key_ok(headers: dict[str, str], key: str) -> bool:
@@ -155,6 +167,12 @@ def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         return _json(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Starlette's own refusals (an unknown route, a wrong method) in OpenAI's shape.
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return _json(ApiError(exc.status_code, str(exc.detail), kind, None, None, dict(exc.headers or {})))
 
     def _model_name() -> str:
         return service.model_name or settings.model_name

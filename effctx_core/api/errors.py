@@ -62,3 +62,8 @@ def unauthorized() -> ApiError:
 def too_large(limit: int) -> ApiError:
     return ApiError(413, f"the request body is over the limit of {limit} bytes", "invalid_request_error", None,
                     "request_too_large")
+
+
+def too_slow(seconds: float) -> ApiError:
+    return ApiError(408, f"the request body did not arrive in time (no data for {seconds:g} s)",
+                    "invalid_request_error", None, "request_timeout")
