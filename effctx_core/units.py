@@ -1,6 +1,6 @@
 """Units: byte sizes for people, printed (`format_bytes`) and read back (`parse_memory`);
-counts, durations and rates as a person reads them (`format_count`, `format_counted`,
-`format_ms`, `format_rate`, a turn's `turn_speeds`); elapsed milliseconds between `time.perf_counter_ns()` readings
+counts, shares, durations and rates as a person reads them (`format_count`, `format_counted`,
+`format_share`, `format_ms`, `format_rate`, a turn's `turn_speeds`); elapsed milliseconds between `time.perf_counter_ns()` readings
 (`ms_since`, `ms_between`)."""
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ def format_counted(n: float, noun: str) -> str:
     """A count and its noun, singular for one (1 token, 0 tokens, 2,048 tokens); the noun
     is one whose plural takes an s."""
     return f"{format_count(n)} {noun}{'' if round(n) == 1 else 's'}"
+
+
+def format_share(fraction: float) -> str:
+    """A part of a whole in whole percent (87%); 100% and 0% only for all and nothing, so
+    a prompt that recomputed 3 tokens of 1,000 does not read as fully reused."""
+    percent = round(fraction * 100)
+    if 0 < fraction < 1:
+        percent = min(99, max(1, percent))
+    return f"{percent}%"
 
 
 def _three_digits(x: float) -> str:

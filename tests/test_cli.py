@@ -108,6 +108,8 @@ BAD_INPUTS = {
     "bench cell without rounds": (["bench", "cell", "--rounds", "0"], "argument --rounds: 0 is out of range: it must be at least 1"),
     "bench cell depth past the end": (["bench", "cell", "--depths", "0.5,2"], "--depths must hold numbers from 0.0 to 1.0"),
     "bench keys on a tiny prompt": (["bench", "keys", "--prompt-tokens", "3"], "--prompt-tokens must be at least 16"),
+    "bench keys of API traffic on a tiny prompt": (["bench", "keys", "--api-traffic", "--prompt-tokens", "3"],
+                                                   "--prompt-tokens must be at least 16"),
     "bench keys unknown option": (["bench", "keys", "--bogus"], "unrecognized arguments: --bogus"),
 }
 

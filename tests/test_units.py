@@ -11,6 +11,7 @@ from effctx_core.units import (
     format_counted,
     format_ms,
     format_rate,
+    format_share,
     ttft_after,
     turn_speeds,
 )
@@ -19,6 +20,12 @@ from effctx_core.units import (
 @pytest.mark.parametrize(("n", "text"), [(0, "0"), (15.0, "15"), (26.8, "27"), (2713, "2,713"), (1_048_576, "1,048,576")])
 def test_a_count_is_a_whole_number_with_thousands_separators(n, text):
     assert format_count(n) == text
+
+
+@pytest.mark.parametrize(("fraction", "text"), [(0.0, "0%"), (0.004, "1%"), (0.5, "50%"), (0.874, "87%"),
+                                                (0.997, "99%"), (1.0, "100%")])
+def test_a_share_is_whole_percent_and_100_or_0_only_for_all_or_nothing(fraction, text):
+    assert format_share(fraction) == text
 
 
 @pytest.mark.parametrize(("ms", "text"), [

@@ -1,7 +1,8 @@
 """Timeline: what the engine's events say about speed and reuse, turn by turn.
 
 Fed every engine event in order (`feed`), it keeps the series the timings screen draws
-and explains each turn's cache hit or miss from the measured facts. It is pure data:
+and explains each turn's cache hit or miss from the measured facts; an endpoint's
+requests go to its RequestSeries (`requests`). It is pure data:
 no engine, no UI. Two optional callables connect it to a live engine:
 
 - `tape()` returns the engine's tape. The timeline reads it when a turn finishes and
@@ -18,12 +19,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from effctx_core.events.explain import turn_cause
+from effctx_core.events.request_series import RequestSeries
 from effctx_core.events.trace import (
     Event,
     NodeRestored,
     PrefillChunk,
     PrefixCacheLookup,
     PrefixChecked,
+    RequestServed,
     ResidencyChanged,
     TokenDecoded,
     TurnFinished,
@@ -148,6 +151,7 @@ class Timeline:
         self.turns: dict[int, TurnRecord] = {}
         self.resident: list[tuple[float, int]] = []  # (t_ms, KV resident tokens)
         self.other_chunks: list[ChunkPoint] = []  # prefills outside a turn
+        self.requests = RequestSeries()  # the endpoint's requests, when the engine serves one
         self.version = 0  # bumped by every event: a screen redraws when it changed
         self._decoded = 0
         self._last_token_ms: float | None = None
@@ -210,6 +214,8 @@ class Timeline:
             self._pending_lookup = event
             self._sample(event.t_ms, event.tokens)
             self._read_tape()
+        elif isinstance(event, RequestServed):
+            self.requests.add(event)
 
     def _record(self, turn: int) -> TurnRecord:
         if turn not in self.turns:  # events of a turn whose start was missed

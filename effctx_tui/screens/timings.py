@@ -1,5 +1,7 @@
 """The timings screen: prefill and decode speed, TTFT, reuse and residency over the
-session, and why each turn reused what it reused.
+session, and why each turn reused what it reused; when the engine served an endpoint,
+the charts of its requests one key away (`r`): hit rate per request and conversation with
+its drops marked, TTFT against the tokens computed, queue wait.
 
 The screen reads a Timeline the session screen feeds with every engine event, from
 the first one on, so the history is there when the screen opens. Events can arrive
@@ -9,7 +11,7 @@ hundreds of times a second while decoding; the screen polls the timeline's versi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from rich.style import Style
 from rich.table import Table
@@ -21,10 +23,12 @@ from textual.screen import Screen
 from textual.theme import Theme
 from textual.widgets import Header, Static
 
+from effctx_core.events.request_series import RequestSeries, hit_rate
 from effctx_core.events.timeline import Explanation, Timeline
-from effctx_core.units import format_ms, format_rate
+from effctx_core.units import format_count, format_counted, format_ms, format_rate, format_share
 from effctx_tui.themes import rich_style
 from effctx_tui.widgets.footer import EffctxFooter
+from effctx_tui.widgets.request_charts import REQUEST_CHARTS
 from effctx_tui.widgets.timing_charts import CHARTS, REUSED
 
 if TYPE_CHECKING:
@@ -106,8 +110,36 @@ def summary(timeline: Timeline) -> Text:
     return text
 
 
+def request_summary(requests: RequestSeries) -> Text:
+    """The requests in figures: their hit rate, each drop and the request behind it, each
+    conversation's rate (drops first: at 100x30 the box shows six lines)."""
+    points = requests.points
+    conversations = requests.conversations()
+    named = sum(1 for name in conversations if name)
+    text = Text(f"{format_counted(len(points), 'request')} in {format_counted(named, 'conversation')}\n",
+                style="bold")
+    reused, prompt = sum(p.reused for p in points), sum(p.prompt_tokens for p in points)
+    text.append(f"reused {format_count(reused)} of {format_counted(prompt, 'prompt token')} "
+                f"({format_share(hit_rate(points))})")
+    for drop in requests.drops():
+        p = drop.point
+        rates = format_share(p.hit_rate) if drop.before is None else \
+            f"{format_share(drop.before)} → {format_share(p.hit_rate)}"
+        text.append(f"\ndrop at #{p.number} {p.short_id} ({p.conversation or 'completion'}): {rates}, {drop.why}",
+                    style="bold")
+    for name, own in conversations.items():
+        text.append(f"\n{name or 'completions'}: {format_counted(len(own), 'request')}, "
+                    f"{format_share(hit_rate(own))} reused")
+    return text
+
+
 class TimingsScreen(Screen):
-    BINDINGS = [Binding("escape", "back", "Back", tooltip="Back to the session")]
+    BINDINGS = [
+        Binding("escape", "back", "Back", tooltip="Back to the session"),
+        # One key, two bindings: the footer names the view it switches to.
+        Binding("r", "show('requests')", "Requests", tooltip="Charts of the endpoint's requests"),
+        Binding("r", "show('turns')", "Turns", tooltip="Charts of the session's turns"),
+    ]
 
     DEFAULT_CSS = """
     TimingsScreen {
@@ -116,9 +148,21 @@ class TimingsScreen(Screen):
             grid-gutter: 1 2;
             height: 2fr;
         }
+        /* The two per-request charts on the left, one above the other on the same x. */
+        #timings-requests {
+            display: none;
+            grid-size: 2 2;
+            grid-columns: 3fr 2fr;
+            grid-gutter: 1 2;
+            height: 2fr;
+        }
+        &.-requests {
+            #timings-charts { display: none; }
+            #timings-requests { display: block; }
+        }
         /* no border: at 100x30 its two rows are half of what a chart's canvas gets */
         PlotextPlot { height: 1fr; }
-        #timings-summary {
+        #timings-summary, #timings-request-summary {
             border: round $panel-lighten-2;
             height: 1fr;
             padding: 0 1;
@@ -136,6 +180,8 @@ class TimingsScreen(Screen):
         super().__init__()
         self.timeline = timeline
         self._drawn = -1  # the timeline version on screen
+        self._had_requests = False  # whether the footer offers the requests' charts
+        self.view: Literal["turns", "requests"] = "turns"
         self.title = "Timings"
 
     def compose(self) -> ComposeResult:
@@ -144,6 +190,10 @@ class TimingsScreen(Screen):
             for chart in CHARTS:
                 yield chart()
             yield Static(id="timings-summary")
+        with Grid(id="timings-requests"):
+            for chart in REQUEST_CHARTS:
+                yield chart()
+            yield Static(id="timings-request-summary")
         with VerticalScroll(id="timings-explainer"):
             yield Static(id="timings-table")
         yield EffctxFooter()
@@ -151,6 +201,7 @@ class TimingsScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#timings-explainer").border_title = "Why each turn reused what it reused"
         self.query_one("#timings-summary").border_title = "Session"
+        self.query_one("#timings-request-summary").border_title = "Requests"
         self.redraw()
         self.set_interval(REFRESH_SECONDS, self._poll)
         # The signal, not a watch on App.theme: it comes once the new theme's colours apply.
@@ -171,7 +222,27 @@ class TimingsScreen(Screen):
         self.query_one("#timings-summary", Static).update(summary(self.timeline))
         table = self.query_one("#timings-table", Static)
         table.update(explanation_table(self.timeline, rich_style(table, f"${REUSED}")))
-        self.sub_title = f"{len(self.timeline.turns)} turns"
+        requests = self.timeline.requests
+        self.sub_title = format_counted(len(self.timeline.turns), "turn")
+        if requests.points:
+            for request_chart in REQUEST_CHARTS:
+                self.query_one(request_chart).draw(self.timeline)
+            self.query_one("#timings-request-summary", Static).update(request_summary(requests))
+            self.sub_title += f" · {format_counted(len(requests.points), 'request')}"
+        if bool(requests.points) != self._had_requests:  # the first request: its key appears
+            self._had_requests = bool(requests.points)
+            self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The view key is offered only when the session has requests, and names the other view."""
+        if action == "show":
+            return self._had_requests and parameters[0] != self.view
+        return True
+
+    def action_show(self, view: Literal["turns", "requests"]) -> None:
+        self.view = view
+        self.set_class(view == "requests", "-requests")
+        self.refresh_bindings()
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from textual.app import RenderResult
 from textual.color import Color
@@ -26,12 +26,14 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "dots": ("scatter", {"marker": "dot"}),
     "bars": ("bar", {"width": 0.5}),
     "line": ("plot", {"marker": "braille"}),
+    # a few points joined: thick enough that two paths' colours tell apart
+    "path": ("plot", {"marker": "hd"}),
 }
 
 
 @dataclass(frozen=True)
 class Series:
-    kind: Literal["dots", "bars", "line"]
+    kind: Literal["dots", "bars", "line", "path"]
     x: list[float]
     y: list[float]
     colour: str  # a theme variable's name
@@ -39,13 +41,28 @@ class Series:
 
 
 @dataclass(frozen=True)
-class Axis:
-    """What an axis measures and in which unit: "tokens" and "turn" are whole numbers,
-    "ms" is shown in ms or, when its values reach a second, in s. A y axis has no title:
-    the chart's title says what it measures."""
+class Note:
+    """A marked point: a ● at (x, y) and a text beside it, on the side away from the
+    nearer edge of the plot (plotext cuts a text at the frame)."""
 
-    unit: Literal["tokens", "turn", "tok/s", "ms"]
+    x: float
+    y: float
+    text: str
+    colour: str  # a theme variable's name
+
+
+@dataclass(frozen=True)
+class Axis:
+    """What an axis measures and in which unit: "tokens", "turn", "request" and "%" are
+    whole numbers, "ms" is shown in ms or, when its values reach a second, in s. A y axis
+    has no title: the chart's title says what it measures."""
+
+    unit: Literal["tokens", "turn", "request", "%", "tok/s", "ms"]
     title: str = ""
+
+    @property
+    def whole(self) -> bool:
+        return self.unit in ("tokens", "turn", "request", "%")
 
     def scale(self, largest: float) -> tuple[str, float]:
         """The unit printed and the factor of the values to it."""
@@ -55,7 +72,8 @@ class Axis:
 
     def label(self, largest: float) -> str:
         unit, _ = self.scale(largest)
-        return self.title if unit == "turn" else f"{self.title} ({unit})"
+        # a count of turns or requests is its own unit
+        return self.title if unit in ("turn", "request") else f"{self.title} ({unit})"
 
 
 def ticks(lo: float, hi: float, whole: bool, most: int = 5) -> tuple[list[float], float]:
@@ -79,7 +97,7 @@ def tick_labels(values: list[float], step: float) -> list[str]:
 
 def _set_ticks(plt, axis: Axis, lo: float, hi: float, which: Literal["x", "y"], most: int) -> None:
     _, factor = axis.scale(hi)
-    values, step = ticks(lo / factor, hi / factor, axis.unit in ("tokens", "turn"), most)
+    values, step = ticks(lo / factor, hi / factor, axis.whole, most)
     set_ticks = plt.xticks if which == "x" else plt.yticks
     set_ticks([v * factor for v in values], tick_labels(values, step))
 
@@ -98,14 +116,16 @@ class TimingChart(PlotextPlot):
     def draw(self, timeline: Timeline) -> None:
         raise NotImplementedError
 
-    def replot(self, title: str, x: Axis, y: Axis, series: list[Series], *, headroom: float = 1.0) -> None:
-        """Replot `series` in order, leaving out empty ones. The y axis starts at 0 and has
-        `headroom` times the largest value on top (room for the legend); both axes have
-        round ticks in their unit, and the title says the y unit."""
+    def replot(self, title: str, x: Axis, y: Axis, series: list[Series], *, headroom: float = 1.0,
+               top: float | None = None, notes: Sequence[Note] = ()) -> None:
+        """Replot `series` in order, leaving out empty ones, and write `notes` over them.
+        The y axis starts at 0 and ends at `top` (a measure's bound, such as 100%) or at
+        `headroom` times the largest value (room for the legend); both axes have round
+        ticks in their unit, and the title says the y unit."""
         shown = [s for s in series if s.x]
         plt = self.plt
         plt.clear_data()
-        top = max((v for s in shown for v in s.y), default=0.0) * headroom or 1.0
+        top = top or max((v for s in shown for v in s.y), default=0.0) * headroom or 1.0
         plt.title(f"{title} ({y.scale(top)[0]})" + ("" if shown else " · no data yet"))
         xs = [v for s in shown for v in s.x]
         plt.xlabel(x.label(max(xs, default=0.0)))
@@ -113,6 +133,14 @@ class TimingChart(PlotextPlot):
         for s in shown:
             method, options = KINDS[s.kind]
             getattr(plt, method)(s.x, s.y, color=Color.parse(theme[s.colour]).rgb, label=s.label, **options)
+        middle = (min(xs, default=0.0) + max(xs, default=0.0)) / 2
+        for note in notes:
+            left = note.x <= middle
+            # On the canvas's own colour: plotext's default is its theme's from before
+            # textual-plotext applied the app's, at render.
+            plt.text(f"● {note.text}" if left else f"{note.text} ●", note.x, note.y,
+                     color=Color.parse(theme[note.colour]).rgb, background=Color.parse(theme["surface"]).rgb,
+                     alignment="left" if left else "right")
         self._axes = (x, min(xs), max(xs), y, top) if shown else None
         if shown:
             plt.ylim(0, top)
@@ -126,7 +154,7 @@ class TimingChart(PlotextPlot):
             _set_ticks(self.plt, y, 0, top, "y", most=max(2, (self.size.height - self.FRAME_ROWS) // 2))
             # labels that overlap are drawn over one another in an order that changes from
             # run to run: as many as fit side by side, with a gap (and room for decimals)
-            label = len(format_count(hi / x.scale(hi)[1])) + (2 if x.unit in ("tokens", "turn") else 4)
+            label = len(format_count(hi / x.scale(hi)[1])) + (2 if x.whole else 4)
             _set_ticks(self.plt, x, lo, hi, "x", most=max(2, (self.size.width - self.FRAME_COLUMNS) // label))
         return super().render()
 
