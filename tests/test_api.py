@@ -18,6 +18,9 @@ from effctx_core.api import server as api_server
 from effctx_core.backends.openvino.settings import OpenVINOOptions
 from effctx_core.contract import SessionSnapshot
 from effctx_core.errors import SessionFatalError
+from effctx_core.events.explain import FIRST_TURN, REQUEST_SHARED
+from effctx_core.events.reader import read_trace
+from effctx_core.events.timeline import Timeline
 from effctx_core.events.trace import TurnFinished
 from effctx_core.profiles import Profile
 from tests.helpers.api_server import CHATML_TOKENS, HERMES_CHATML, running_api
@@ -447,3 +450,16 @@ def test_each_request_is_in_the_trace_as_queued_then_served(tiny_chatml, tmp_pat
     assert served[2]["error"].startswith("the request (1")
     routed = [e for e in events if e["kind"] == "request_routed"]
     assert [e["request"] for e in routed] == ids[:2]
+
+
+def test_a_request_turn_is_explained_by_its_route_not_as_a_dropped_tail(tiny_chatml, tmp_path):
+    trace = tmp_path / "api.jsonl"
+    with running_api(tiny_chatml, PROFILE, tmp_path, trace=trace) as traced:
+        chat(traced.client(), [system("About apples."), user("One")])
+        chat(traced.client(), [system("About bridges."), user("Two")])
+    timeline = Timeline()
+    for event in read_trace(trace).events:
+        timeline.feed(event)
+    first, second = (timeline.explain(turn) for turn in sorted(timeline.turns))
+    assert (first.cause, second.cause) == (FIRST_TURN, REQUEST_SHARED)
+    assert second.detail.startswith("the request shared ")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from effctx_core.contract import PrefixCause
-from effctx_core.events.trace import NodeRestored, PrefixCacheLookup, PrefixChecked
+from effctx_core.events.trace import NodeRestored, PrefixCacheLookup, PrefixChecked, RequestRouted
 from effctx_core.units import format_count, format_counted, format_ms
 
 # Why a turn computed what it computed; the first that applies wins (see `turn_cause`).
@@ -20,6 +20,8 @@ PREFIX_CACHE = "prefix cache"  # shown as "prefix cache hit", "… miss" or "…
 CACHE_BEHIND = "cache behind the tape"
 FIRST_TURN = "empty cache"
 EXTENDS = "extends the resident tape"
+REQUEST_RESTORED = "request restored its state"
+REQUEST_SHARED = "request shared the tape's start"
 
 
 class TurnFacts(Protocol):
@@ -46,6 +48,9 @@ class TurnFacts(Protocol):
     @property
     def diverged_at(self) -> int | None: ...
 
+    @property
+    def request(self) -> RequestRouted | None: ...
+
 
 def turn_cause(r: TurnFacts) -> tuple[str, str]:
     """The reason a turn computed what it did, and one sentence with the numbers.
@@ -58,6 +63,8 @@ def turn_cause(r: TurnFacts) -> tuple[str, str]:
     count = format_count
     tail = f"{count(r.reused)} reused, {count(r.computed)} computed"
     at = r.diverged_at if r.diverged_at is not None else check.reused
+    if r.request is not None and check.cause != PrefixCause.ROLLBACK_LIMIT.value:
+        return _request_cause(r.request, check, tail)
     if check.cause == PrefixCause.ROLLBACK_LIMIT.value:
         floor = check.rollback_floor
         earliest = f" (the earliest cut is token {count(floor)})" if floor is not None else ""
@@ -105,6 +112,23 @@ def turn_cause(r: TurnFacts) -> tuple[str, str]:
         return FIRST_TURN, f"nothing was resident: {_all(r.computed, 'token')} computed"
     return EXTENDS, (f"{_all(r.reused, 'resident token')} reused; "
                      f"only the {format_counted(new, 'new token')} computed")
+
+
+def _request_cause(q: RequestRouted, check: PrefixChecked, tail: str) -> tuple[str, str]:
+    """A client's request brings its whole prompt: what it started from is its route, and
+    what the resident tape held past the shared start was another conversation's (or an
+    edited one's), not a dropped stop text."""
+    count = format_count
+    if q.route in ("restored", "prefix_cache"):
+        where = f"node {q.node}'s state" if q.node else "a prefix-cache entry"
+        return REQUEST_RESTORED, (f"the request started from {where}: {format_counted(q.shared, 'token')} restored "
+                                  f"in {format_ms(q.ms)}; {tail}")
+    if check.dropped:
+        return REQUEST_SHARED, (f"the request shared {format_counted(check.reused, 'token')} with the resident tape "
+                                f"and left it there: {count(check.dropped)} dropped; {tail}")
+    if q.shared == 0:
+        return FIRST_TURN, f"nothing of the request was resident: {_all(q.prompt_tokens, 'token')} computed"
+    return EXTENDS, f"the request extends the resident tape: {tail}"
 
 
 def _all(n: int, noun: str) -> str:

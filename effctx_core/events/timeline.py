@@ -26,6 +26,7 @@ from effctx_core.events.trace import (
     PrefillChunk,
     PrefixCacheLookup,
     PrefixChecked,
+    RequestRouted,
     RequestServed,
     ResidencyChanged,
     TokenDecoded,
@@ -84,6 +85,7 @@ class TurnRecord:
     # what happened between the previous turn and this one
     restore: NodeRestored | None = None
     cache_lookup: PrefixCacheLookup | None = None
+    request: RequestRouted | None = None  # the endpoint's request this turn served
     tape_before: tuple[int, ...] | None = None
     tape_after: tuple[int, ...] | None = None
 
@@ -158,6 +160,7 @@ class Timeline:
         self._pending_restore: NodeRestored | None = None
         self._pending_lookup: PrefixCacheLookup | None = None
         self._last_tape: tuple[int, ...] | None = None
+        self._pending_request: RequestRouted | None = None
 
     # ------------------------------------------------------------------ feeding
 
@@ -171,8 +174,10 @@ class Timeline:
             self.turns[event.turn] = TurnRecord(
                 event.turn, event.input_text, event.prefix_tokens, event.suffix_tokens,
                 restore=self._pending_restore, cache_lookup=self._pending_lookup, tape_before=self._last_tape,
+                request=self._pending_request if self._pending_request and self._pending_request.turn == event.turn
+                else None,
             )
-            self._pending_restore = self._pending_lookup = None
+            self._pending_restore = self._pending_lookup = self._pending_request = None
             self._last_token_ms = None
         elif isinstance(event, PrefixChecked):
             record = self._record(event.turn)
@@ -214,6 +219,8 @@ class Timeline:
             self._pending_lookup = event
             self._sample(event.t_ms, event.tokens)
             self._read_tape()
+        elif isinstance(event, RequestRouted):
+            self._pending_request = event
         elif isinstance(event, RequestServed):
             self.requests.add(event)
 
