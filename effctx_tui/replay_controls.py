@@ -24,7 +24,7 @@ class ReplayControls:
         Binding("minus", "replay_speed(-1)", "Slower", key_display="-", tooltip="Play the recording slower"),
     ]
     # A replay is watched, not continued: only the keys that look at it act.
-    WATCHING = frozenset({"residency", "snapshots", "timings"})
+    WATCHING = frozenset({"residency", "snapshots", "timings", "requests"})
 
     def __init__(self, player: ReplayPlayer, screen: Screen, rewound: Callable[[], None]) -> None:
         """`rewound` clears the screen before the recording plays again from its start."""

@@ -1,1 +1,1 @@
-"""Engine events: the typed records, their JSON Lines trace, reading, export, replay and the timeline."""
+"""Engine events: the typed records, their JSON Lines trace, reading, export, replay, the timeline and the requests."""

@@ -53,6 +53,9 @@ TERMS: tuple[tuple[str, str], ...] = (
     ("branch", "restore a node and continue differently from there"),
     ("prefix cache", "stored caches of prompt starts (system prompt, document), reused"),
     ("TTFT", "time to first token: from sending the prompt to the reply's first token"),
+    ("route", "where a request started: the resident tape, a stored state, or cold"),
+    ("divergence", "where a request's prompt left its conversation's last request, and why"),
+    ("miss", "a request that left its conversation, or reused less than it held"),
 )
 
 
@@ -116,10 +119,11 @@ def screen_classes() -> list[type[Screen]]:
 
 
 def hosted_widgets() -> dict[str, list[type]]:
+    from effctx_tui.widgets.request_table import RequestTable
     from effctx_tui.widgets.residency_view import ResidencyView
     from effctx_tui.widgets.snapshot_tree import SnapshotTreeView
 
-    return {"ResidencyScreen": [ResidencyView], "SnapshotsScreen": [SnapshotTreeView]}
+    return {"ResidencyScreen": [ResidencyView], "SnapshotsScreen": [SnapshotTreeView], "RequestsScreen": [RequestTable]}
 
 
 def sections(app: App) -> list[Section]:

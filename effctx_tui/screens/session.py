@@ -20,6 +20,7 @@ from effctx_core.contract import DecodeConfig
 from effctx_core.engine import ConsoleEngine, NodeRestore, TurnResult
 from effctx_core.errors import EffctxError
 from effctx_core.events.explain import reset_sentence, swap_sentence
+from effctx_core.events.requests import RequestLog
 from effctx_core.events.trace import (
     CellSwapped,
     ErrorRaised,
@@ -44,6 +45,7 @@ from effctx_tui.replay_controls import ReplayControls
 from effctx_tui.screens.benchmark import BenchmarkScreen
 from effctx_tui.screens.cells import CellsScreen
 from effctx_tui.screens.prompt_file import PromptFileDialog
+from effctx_tui.screens.requests import RequestsScreen
 from effctx_tui.screens.residency import BudgetSteering, ResidencyScreen, changes_residency
 from effctx_tui.screens.snapshots import BRANCH, SnapshotsScreen
 from effctx_tui.screens.timings import TimingsScreen, engine_timeline
@@ -130,6 +132,8 @@ class SessionScreen(Screen):
         Binding("ctrl+g", "timings", "Timings", tooltip="Prefill, decode and time to first token of every turn"),
         Binding("ctrl+o", "cells", "Cells", tooltip="What this machine can run, certified or not; swap the conversation to another cell"),
         Binding("ctrl+b", "bench", "Benchmark", tooltip="Measure this cell's throughput and passkey recall"),
+        Binding("ctrl+y", "requests", "Requests", tooltip="The requests of the OpenAI-compatible endpoint: what each "
+                "reused, its route, where it left its conversation"),
         Binding("ctrl+f", "prompt_file", "Insert file", tooltip="Put a text file into the prompt, as one marker like a long paste"),
         Binding("ctrl+q", "app.quit", "Quit", tooltip="Quit effctx"),
     ]
@@ -146,6 +150,7 @@ class SessionScreen(Screen):
         self._replay = ReplayControls(player, self, self._clear_for_replay) if player is not None else None
         # Fed with every event from the start, so the timings screen has the history.
         self.timeline = engine_timeline(lambda: self.effctx_app.engine)
+        self.requests = RequestLog()  # the endpoint's requests, for the requests screen, fed likewise
         self.restores: dict[str, NodeRestore] = {}  # node id -> its last restore, for the snapshots screen
         self._n_ctx = 0
         self._resident = 0
@@ -248,6 +253,7 @@ class SessionScreen(Screen):
         self.last_result = None
         self.restores.clear()
         self.timeline = engine_timeline(lambda: self.effctx_app.engine)
+        self.requests = RequestLog()
         self._resident = 0
         self._hide_progress()
         self._refresh_strip()
@@ -384,6 +390,9 @@ class SessionScreen(Screen):
     def action_timings(self) -> None:
         self.app.push_screen(TimingsScreen(self.timeline))
 
+    def action_requests(self) -> None:
+        self.app.push_screen(RequestsScreen(self.requests))
+
     def _snapshots_closed(self, result: str | None) -> None:
         self.effctx_app.save_session()  # renames and deletes happened on the screen
         if result == BRANCH:
@@ -408,6 +417,7 @@ class SessionScreen(Screen):
     def on_engine_event(self, message: EngineEvent) -> None:
         event = message.event
         self.timeline.feed(event)
+        self.requests.feed(event)
         handler = self._event_handlers.get(type(event))
         if handler is not None:
             handler(event)

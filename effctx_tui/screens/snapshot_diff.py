@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -19,6 +19,7 @@ from textual.widgets import Static
 from effctx_core.snapshots.tree import SnapshotTree, TreeDiff
 from effctx_core.units import format_counted
 from effctx_tui.themes import MUTED
+from effctx_tui.widgets.two_sides import TwoSides
 
 Detokenize = Callable[[Sequence[int]], str]
 
@@ -95,15 +96,6 @@ class DiffScreen(ModalScreen[None]):
             margin-bottom: 1;
             color: $foreground-muted;
         }
-        #diff-tails { height: auto; }
-        .diff-tail {
-            width: 1fr;
-            height: auto;
-            max-height: 60vh;
-            border: round $panel-lighten-2;
-            border-title-color: $foreground;
-            padding: 0 1;
-        }
     }
     """
 
@@ -117,13 +109,9 @@ class DiffScreen(ModalScreen[None]):
         with Vertical(id="diff-box"):
             yield Static(Text(r.summary(), style="bold"), id="diff-summary")
             yield Static(id="diff-shared")
-            with Horizontal(id="diff-tails"):
-                for side, nid, label, tail in (("a", d.a, r.label_a, d.tail_a), ("b", d.b, r.label_b, d.tail_b)):
-                    scroll = VerticalScroll(classes="diff-tail", id=f"diff-tail-{side}")
-                    # the count first: a long label is cut at the border's end
-                    scroll.border_title = f"{nid} · {len(tail):,} tokens after · {label}"
-                    with scroll:
-                        yield Static(id=f"diff-text-{side}")
+            # the count first: a long label is cut at the border's end
+            yield TwoSides("diff", (f"{d.a} · {len(d.tail_a):,} tokens after · {r.label_a}",
+                                    f"{d.b} · {len(d.tail_b):,} tokens after · {r.label_b}"), id="diff-tails")
 
     def on_mount(self) -> None:
         d = self.report.diff
@@ -147,9 +135,9 @@ class DiffScreen(ModalScreen[None]):
         else:
             shared = Text("nothing shared")
         self.query_one("#diff-shared", Static).update(shared)
-        for side, tail, text in (("a", d.tail_a, r.text_a), ("b", d.tail_b, r.text_b)):
-            self.query_one(f"#diff-text-{side}", Static).update(
-                Text(shown(tail, text)) if tail else Content.styled("(nothing: the tape ends here)", MUTED))
+        self.query_one(TwoSides).show(*(
+            Text(shown(tail, text)) if tail else Content.styled("(nothing: the tape ends here)", MUTED)
+            for tail, text in ((d.tail_a, r.text_a), (d.tail_b, r.text_b))))
 
     def action_toggle_ids(self) -> None:
         self.show_ids = not self.show_ids

@@ -16,7 +16,7 @@ ALWAYS = [("^q", "Quit"), ("f1", "Help")]
 EVERYWHERE = ALWAYS + [("f2", "Theme"), ("^p", "palette")]
 SCREENS = [("^n", "New conversation"), ("^r", "Residency"), ("^t", "Snapshots"), ("^g", "Timings"), ("^o", "Cells"),
            ("^b", "Benchmark")]
-SESSION_KEYS = SCREENS + [("^f", "Insert file")]
+SESSION_KEYS = SCREENS + [("^y", "Requests"), ("^f", "Insert file")]
 
 
 def shown(app) -> list[tuple[str, str]]:
@@ -41,11 +41,11 @@ async def test_at_160_columns_the_footer_shows_every_key(config_home):
         assert shown(app) == SESSION_KEYS + EVERYWHERE
 
 
-async def test_at_100_columns_the_keys_to_every_screen_stay_with_quit_and_help(config_home):
+async def test_at_100_columns_the_screen_keys_up_to_benchmark_stay_with_quit_and_help(config_home):
     app = SessionApp()
     async with app.run_test(size=(100, 30)) as pilot:
         await ready_session(pilot)
-        assert shown(app) == SCREENS + ALWAYS  # Insert file is in the help page and the palette
+        assert shown(app) == SCREENS + ALWAYS  # Requests and Insert file are in the help page and the palette
         keys = [key for key in app.screen.query_one(Footer).query(FooterKey) if key.display]
         assert all(key.region.right <= 100 for key in keys)
         for left, right in zip(keys, keys[1:]):

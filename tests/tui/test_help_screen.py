@@ -68,7 +68,7 @@ async def test_the_help_explains_each_term_the_console_shows_in_one_line(config_
         assert [line.split("  ")[0] for line in lines] == [
             "tape", "block", "sink", "recent", "hot", "cold", "evicted", "policy, budget", "reused", "prefilled",
             "dropped", "observed", "modeled", "segment", "profile", "cell", "certified", "snapshot, node",
-            "restore, recompute", "branch", "prefix cache", "TTFT"]
+            "restore, recompute", "branch", "prefix cache", "TTFT", "route", "divergence", "miss"]
         assert lines[2] == "sink" + " " * 16 + "the first tokens, always kept: attention leans on them"
 
 
@@ -105,6 +105,7 @@ async def test_the_help_lists_the_session_screen_s_keys_exactly(config_home):
             ("^g", "Timings"),
             ("^o", "Cells"),
             ("^b", "Benchmark"),
+            ("^y", "Requests"),
             ("^f", "Insert file"),
             ("^q", "Quit"),
         ]
@@ -118,7 +119,8 @@ async def test_every_screen_has_a_section_with_the_keys_of_the_widgets_it_hosts(
         await pilot.press("f1")
         titles = [str(w.render()) for w in app.screen.query(".help-title")]
         assert titles == ["Terms", "Everywhere", "Session", "Residency", "Snapshots", "Diff", "Benchmark", "Cells",
-                          "Confirm dialog", "Prompt file dialog", "Rename dialog", "Timings"]
+                          "Confirm dialog", "Prompt file dialog", "Rename dialog", "Request inspector",
+                          "Requests", "Timings"]
         assert help_rows(app, "residency") == [
             ("esc", "Back"), ("[", "Budget −"), ("]", "Budget +"), ("c", "Recompute cold"), ("←→", "Block"), ("→ l", "Next block"), ("↑↓", "Row"), ("↓ j", "Next row"),
             ("pgup", "Page up"), ("pgdn", "Page down"), ("home", "First block"), ("end", "Last block"),
@@ -176,13 +178,13 @@ async def test_every_session_key_is_a_palette_command_and_the_footer_offers_thos
     async with app.run_test(size=(160, 30)):
         screen = app.screen
         titles = {command.title for command in app.get_system_commands(screen)}
-        assert {"Load model", "Timings", "Insert file", "Quit", "Help", "Next theme"} <= titles
+        assert {"Load model", "Timings", "Requests", "Insert file", "Quit", "Help", "Next theme"} <= titles
         assert not {"Stop", "New conversation", "Residency", "Snapshots", "Cells", "Benchmark"} & titles
         footer = [(key.key_display, key.description) for key in screen.query_one(Footer).query(FooterKey)]
         # No model is open here: Ctrl+L (load it) is offered, and nothing that needs a model;
         # a file can go into the prompt already.
-        assert footer == [("^l", "Load model"), ("^g", "Timings"), ("^f", "Insert file"), ("^q", "Quit"), ("f1", "Help"),
-                          ("f2", "Theme"), ("^p", "palette")]
+        assert footer == [("^l", "Load model"), ("^g", "Timings"), ("^y", "Requests"), ("^f", "Insert file"),
+                          ("^q", "Quit"), ("f1", "Help"), ("f2", "Theme"), ("^p", "palette")]
 
 
 @pytest.mark.parametrize("size", [(100, 30), (160, 48)], ids=lambda size: f"{size[0]}x{size[1]}")
