@@ -66,3 +66,21 @@ async def test_a_request_shows_in_the_transcript_and_the_console_goes_on_after_i
         # The console's turn went on from its own conversation, not from the client's.
         tape = app.engine.detokenize(app.engine.tape)
         assert "And from the console" in tape and "Hello from a client" not in tape
+
+
+async def test_the_requests_screen_fills_in_order_as_clients_send_requests(tiny_chatml):
+    app, base_url = serving_app(tiny_chatml)
+    async with session_when_ready(app, (160, 48)) as (pilot, screen):
+        await wait_for(pilot, lambda: app.endpoint is not None)
+        loop = asyncio.get_running_loop()
+        for text in ("First client request", "Second client request"):
+            await loop.run_in_executor(None, ask, base_url, text)
+        await wait_for(pilot, lambda: all(row.served is not None for row in screen.requests.rows)
+                       and len(screen.requests.rows) == 2)
+        await pilot.press("ctrl+y")
+        await pilot.pause(0.1)
+        rows = screen.requests.rows
+        assert [row.status for row in rows] == ["done", "done"]
+        assert [row.served.label.split(" · ")[-1] for row in rows] == ["user: First client request",
+                                                                      "user: Second client request"]
+        assert type(app.screen).__name__ == "RequestsScreen"
