@@ -239,10 +239,11 @@ def serve_chat(engine: SessionEngine, token: CancelToken, req: ChatCompletionReq
         parsed.append(reply)
         return facts.metrics(conversation, rid, message_hash(_reply_message(reply)))
 
-    label = f"{conversation} · {_node_label(messages)}"
+    label = _node_label(messages)
     config = _decode_config(req, req.reply_limit, engine.n_ctx, grammar, logprobs)
     result = _run(engine, replace(built.request, request=rid), config,
-                  TurnExtras(built.request.runs, stream.token, label, node_metrics))
+                  # The node is named by its conversation too: each conversation reads as a branch.
+                  TurnExtras(built.request.runs, stream.token, f"{conversation} · {label}", node_metrics))
     reply = parsed[0] if parsed else ParsedReply(result.turn.text, ())
     if not reply.calls:
         stream.finish(reply.content)
