@@ -84,3 +84,26 @@ async def test_the_requests_screen_fills_in_order_as_clients_send_requests(tiny_
         assert [row.served.label for row in rows] == ["user: First client request",
                                                       "user: Second client request"]
         assert type(app.screen).__name__ == "RequestsScreen"
+
+
+def ask_with_system(base_url: str, system: str, history: list) -> openai.types.chat.ChatCompletion:
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=WAIT)
+    return client.chat.completions.create(model="any", max_tokens=4, temperature=0,
+                                          messages=[{"role": "system", "content": system}, *history])
+
+
+async def test_a_one_word_change_of_the_system_prompt_is_named_live_at_its_token(tiny_chatml):
+    app, base_url = serving_app(tiny_chatml)
+    async with session_when_ready(app, (160, 48)) as (pilot, screen):
+        await wait_for(pilot, lambda: app.endpoint is not None)
+        loop = asyncio.get_running_loop()
+        question = [{"role": "user", "content": "Where to?"}]
+        first = await loop.run_in_executor(None, ask_with_system, base_url, "You are a travel agent.", question)
+        history = [*question, first.choices[0].message.model_dump(exclude_none=True),
+                   {"role": "user", "content": "And then?"}]
+        second = await loop.run_in_executor(None, ask_with_system, base_url, "You are a tour agent.", history)
+        await wait_for(pilot, lambda: len(screen.requests.served) == 2)
+        divergence = screen.requests.rows[1].served.divergence
+        assert (divergence["kind"], divergence["segment"]["label"]) == ("system_changed", "system")
+        assert divergence["at"] == second.model_extra["effctx"]["diverged_at"]
+        assert "travel" in divergence["sides"]["stored"] and "tour" in divergence["sides"]["prompt"]
