@@ -27,7 +27,9 @@ from textual.widgets import Header, Static, Tree
 from effctx_core.engine import EventSource, NodeRestore
 from effctx_core.events.subscribers import Unsubscribe
 from effctx_core.events.trace import NodeAdded, NodeRestored, PrefillChunk
+from effctx_core.snapshots.conversations import Conversation, conversations, with_ancestors
 from effctx_core.snapshots.tree import SnapshotTree
+from effctx_core.units import format_counted
 from effctx_tui.messages import EngineEvent, post_events
 from effctx_tui.screens.snapshot_dialogs import ConfirmDialog, RenameDialog
 from effctx_tui.screens.snapshot_diff import Detokenize, DiffReport, DiffScreen, describe_diff
@@ -66,6 +68,8 @@ class SnapshotsScreen(Screen[str | None]):
         Binding("d", "delete", "Delete", tooltip="Delete the selected node and everything below it"),
         Binding("m", "mark", "Mark", tooltip="Mark the selected node, to compare another one with it"),
         Binding("D,x", "diff", "Diff with mark", key_display="D", tooltip="Compare the selected node with the marked one"),
+        Binding("v", "conversation", "Conversation",
+                tooltip="Only one of the endpoint's conversations: the next at each press, then all again"),
         Binding("escape", "back", "Back", tooltip="Back to the session"),
     ]
 
@@ -144,6 +148,7 @@ class SnapshotsScreen(Screen[str | None]):
         self.missing: dict[str, str] = {}  # the store's last answer for the tree's states
         self.marked: str | None = None
         self.restoring: str | None = None
+        self.conversation: Conversation | None = None  # the one shown, None: the whole tree
         self.status_message = ""  # the last thing done, for the status bar
         self.title = "Snapshots"
 
@@ -191,9 +196,10 @@ class SnapshotsScreen(Screen[str | None]):
         if self.marked is not None and self.marked not in self.snapshot_tree:
             self.marked = None
         self.refresh_bindings()  # Diff comes and goes with the mark
+        shown = self.conversation
         self.query_one(SnapshotTreeView).show(
             self.snapshot_tree, restores=self.restores, marked=self.marked, restoring=self.restoring,
-            missing=self.missing,
+            missing=self.missing, only=None if shown is None else with_ancestors(self.snapshot_tree, shown.nodes),
         )
         self._show_status()
         self._show_details()
@@ -202,6 +208,9 @@ class SnapshotsScreen(Screen[str | None]):
         current = self.snapshot_tree.current
         count = len(self.snapshot_tree)
         text = Text(f"{count} node{'s' * (count != 1)}")
+        if self.conversation is not None:
+            c = self.conversation
+            text.append(f" · conversation {c.id} {shortened(c.name, 32)!r}: {format_counted(len(c.nodes), 'request')}")
         if current is not None:
             text.append(f" · at {self._describe(current)}")
         if self.marked is not None:
@@ -227,6 +236,8 @@ class SnapshotsScreen(Screen[str | None]):
             return self._restore is not None
         if action == "diff":
             return self.marked is not None
+        if action == "conversation":
+            return bool(conversations(self.snapshot_tree))  # the endpoint's requests made some
         return True
 
     def _describe(self, node_id: str) -> str:
@@ -395,6 +406,13 @@ class SnapshotsScreen(Screen[str | None]):
         self.app.push_screen(DiffScreen(message.report))
 
     # ------------------------------------------------------------------ the rest
+
+    def action_conversation(self) -> None:
+        found = conversations(self.snapshot_tree)
+        ids = [c.id for c in found]
+        now = ids.index(self.conversation.id) if self.conversation is not None and self.conversation.id in ids else -1
+        self.conversation = found[now + 1] if now + 1 < len(found) else None
+        self.refresh_tree()
 
     def action_back(self) -> None:
         self.dismiss(None)

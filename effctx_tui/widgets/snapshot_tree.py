@@ -143,12 +143,15 @@ class SnapshotTreeView(ListTree):
         marked: str | None = None,
         restoring: str | None = None,
         missing: Mapping[str, str] = {},
+        only: set[str] | None = None,
     ) -> None:
-        """`missing`: the store's answer for the tree's saved states (state_size)."""
-        self._reshow = lambda: self.show(tree, restores=restores, marked=marked, restoring=restoring, missing=missing)
+        """`missing`: the store's answer for the tree's saved states (state_size); `only`:
+        the nodes to draw (one conversation's and those above them), None for all."""
+        self._reshow = lambda: self.show(tree, restores=restores, marked=marked, restoring=restoring, missing=missing,
+                                         only=only)
         # One pass over a copy, parents first: the engine adds nodes from its worker
         # thread, and a copy never shows a node whose parent is missing.
-        nodes = list(tree)
+        nodes = [n for n in tree if only is None or n.id in only]
         alive = {n.id for n in nodes}
         with_children = {n.parent for n in nodes}
         for nid in [nid for nid in self._views if nid not in alive]:

@@ -14,6 +14,7 @@ from effctx_core.profiles import Profile
 from effctx_tui.app import EffctxApp
 from effctx_tui.options import ApiAddress
 from effctx_tui.widgets.endpoint_status import EndpointStatus
+from effctx_tui.widgets.snapshot_tree import SnapshotTreeView
 from effctx_tui.widgets.transcript import Transcript
 from tests.helpers.api_server import CHATML_TOKENS, HERMES_CHATML
 from tests.helpers.engine_jobs import WAIT
@@ -107,3 +108,27 @@ async def test_a_one_word_change_of_the_system_prompt_is_named_live_at_its_token
         assert (divergence["kind"], divergence["segment"]["label"]) == ("system_changed", "system")
         assert divergence["at"] == second.model_extra["effctx"]["diverged_at"]
         assert "travel" in divergence["sides"]["stored"] and "tour" in divergence["sides"]["prompt"]
+
+
+async def test_the_snapshots_screen_shows_one_conversation_at_a_time(tiny_chatml):
+    app, base_url = serving_app(tiny_chatml)
+    async with session_when_ready(app, (160, 48)) as (pilot, screen):
+        await wait_for(pilot, lambda: app.endpoint is not None)
+        loop = asyncio.get_running_loop()
+        for system, user in (("Agent A plans trips.", "Plan Rome"), ("Agent B fixes bugs.", "Fix the loop")):
+            await loop.run_in_executor(None, ask_with_system, base_url, system, [{"role": "user", "content": user}])
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        snapshots = app.screen
+        view = snapshots.query_one(SnapshotTreeView)
+        everything = set(view._views)
+        await pilot.press("v")
+        await pilot.pause(0.1)
+        first = set(view._views)
+        await pilot.press("v")
+        await pilot.pause(0.1)
+        second = set(view._views)
+        await pilot.press("v")
+        await pilot.pause(0.1)
+        assert (first, second) == ({"n0", "n1"}, {"n0", "n2"})
+        assert set(view._views) == everything == {"n0", "n1", "n2"}

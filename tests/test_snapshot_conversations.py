@@ -1,0 +1,38 @@
+"""The endpoint's conversations read from a snapshot tree's node metrics."""
+
+from __future__ import annotations
+
+from effctx_core.snapshots.conversations import conversations, with_ancestors
+from effctx_core.snapshots.tree import SnapshotTree, TurnText
+
+DIGEST = "0" * 64
+
+
+def tree_of_two_conversations() -> SnapshotTree:
+    tree = SnapshotTree()
+    root = tree.add(None, (), "root", DIGEST, created=0.0)
+    a1 = tree.add(root.id, (1, 2), "turn", DIGEST, metrics={"conversation": "c1"}, turn=TurnText("Plan Rome", "ok"),
+                  created=1.0)
+    tree.add(root.id, (7, 8), "turn", DIGEST, metrics={"conversation": "c2"}, turn=TurnText("Fix the loop", "ok"),
+             created=2.0)
+    tree.add(a1.id, (3,), "turn", DIGEST, metrics={"conversation": "c1"}, turn=TurnText("And Paris", "ok"),
+             created=3.0)
+    tree.add(root.id, (9,), "manual", DIGEST, created=4.0)  # a console node: no conversation
+    return tree
+
+
+def test_conversations_are_named_by_their_first_request_and_hold_their_nodes_in_order():
+    found = conversations(tree_of_two_conversations())
+    assert [(c.id, c.name, c.nodes) for c in found] == [("c1", "Plan Rome", ("n1", "n3")),
+                                                        ("c2", "Fix the loop", ("n2",))]
+
+
+def test_a_conversation_is_drawn_with_the_nodes_above_it():
+    tree = tree_of_two_conversations()
+    assert with_ancestors(tree, ("n3",)) == {"n0", "n1", "n3"}
+
+
+def test_a_tree_without_requests_has_no_conversations():
+    tree = SnapshotTree()
+    tree.add(None, (), "root", DIGEST)
+    assert conversations(tree) == []
