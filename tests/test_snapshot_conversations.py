@@ -1,4 +1,5 @@
-"""The endpoint's conversations read from a snapshot tree's node metrics."""
+"""The endpoint's conversations read from a snapshot tree's node metrics, and what each
+node's tape shares with a prompt."""
 
 from __future__ import annotations
 
@@ -36,3 +37,10 @@ def test_a_tree_without_requests_has_no_conversations():
     tree = SnapshotTree()
     tree.add(None, (), "root", DIGEST)
     assert conversations(tree) == []
+
+
+def test_shared_with_gives_every_node_the_start_its_tape_shares_with_the_tokens():
+    tree = tree_of_two_conversations()  # tapes: n0 (), n1 (1, 2), n2 (7, 8), n3 (1, 2, 3), n4 (9,)
+    assert tree.shared_with((1, 2, 4, 5)) == {"n0": 0, "n1": 2, "n2": 0, "n3": 2, "n4": 0}
+    assert tree.shared_with((1, 2, 3)) == {"n0": 0, "n1": 2, "n2": 0, "n3": 3, "n4": 0}
+    assert tree.shared_with((1,)) == {"n0": 0, "n1": 1, "n2": 0, "n3": 1, "n4": 0}

@@ -133,16 +133,17 @@ def find_conversation(tree: SnapshotTree, facts: RequestFacts,
     """The conversation this request continues and its request that the prompt shares
     most with; a new conversation id when none matches."""
     requests = [e for n in tree if (e := _earlier(n)) is not None]
+    shared = tree.shared_with(tokens) if requests else {}
     if facts.cache_key is not None:
         keyed = [e for e in requests if (e.node.metrics or {}).get("cache_key") == facts.cache_key]
         if keyed:
-            return keyed[-1].conversation, max(keyed, key=lambda e: _score(e, facts, tokens, tree))
+            return keyed[-1].conversation, max(keyed, key=lambda e: _score(e, facts, shared))
     # The same conversation: its first messages are the same, or the prompt follows it
     # into its first message (an edit there, not a new conversation).
     first = next((g.start for g in facts.segments if g.index is not None and g.role != "system"), len(tokens))
     best, best_score = None, (0, 0, 0.0)
     for e in requests:
-        score = _score(e, facts, tokens, tree)
+        score = _score(e, facts, shared)
         if (score[0] > 0 or score[1] > first) and score > best_score:
             best, best_score = e, score
     if best is not None:
@@ -154,8 +155,9 @@ def find_conversation(tree: SnapshotTree, facts: RequestFacts,
     return f"c{n}", None
 
 
-def _score(e: Earlier, facts: RequestFacts, tokens: Sequence[int], tree: SnapshotTree) -> tuple[int, int, float]:
-    """Leading non-system messages shared, then prompt tokens shared, then recency."""
+def _score(e: Earlier, facts: RequestFacts, shared_tokens: dict[str, int]) -> tuple[int, int, float]:
+    """Leading non-system messages shared, then prompt tokens shared (SnapshotTree.shared_with),
+    then recency."""
     mine = _non_system(facts.messages, facts.roles)
     theirs = _non_system(e.messages, e.roles)
     shared = 0
@@ -163,7 +165,7 @@ def _score(e: Earlier, facts: RequestFacts, tokens: Sequence[int], tree: Snapsho
         if a != b:
             break
         shared += 1
-    return shared, common_prefix_length(tree.tape(e.node.id), tokens), e.node.created
+    return shared, shared_tokens[e.node.id], e.node.created
 
 
 @dataclass(frozen=True)

@@ -169,18 +169,20 @@ class RequestRunner:
 
     def _cut_candidate(self, tokens: list[int]) -> tuple[str, int] | None:
         """(key, prompt tokens shared) of the tree's stored state, longer than what it
-        shares with the prompt, that shares the most and is still in the store. A cache with sliding-window layers can only be
-        cut back a little after a restore (the window has dropped older positions), so
-        there only states that part from the prompt near their end count."""
+        shares with the prompt, that shares the most and is still in the store. A cache with
+        sliding-window layers can only be cut back a little after a restore (the window has
+        dropped older positions), so there only states that part from the prompt near their
+        end count."""
         state = self._state
         floor = state.session.info.capabilities.rollback_floor
         out = []
-        for node in state.tree:
+        tree = state.tree
+        shared_with = tree.shared_with(tokens)
+        for node in tree:
             if node.blob is None:
                 continue
-            tape = state.tree.tape(node.id)
-            shared = min(common_prefix_length(tape, tokens), len(tokens) - 1)
-            cut = len(tape) - shared
+            shared = min(shared_with[node.id], len(tokens) - 1)
+            cut = tree.tape_length(node.id) - shared
             if shared > 0 and cut > 0 and (floor is None or cut <= SWA_CUT_TOKENS):
                 out.append((node.blob, shared))
         store = self._checkpointer.store

@@ -232,6 +232,24 @@ class SnapshotTree:
         self._remember(node_id, out)
         return out
 
+    def shared_with(self, tokens: Sequence[int]) -> dict[str, int]:
+        """For every node, how many leading tokens of `tokens` its tape shares: one pass,
+        parents first, each node comparing only its own tokens (a node whose parent
+        already parted from `tokens` shares what its parent shares), so the cost is the
+        tree's size, not the sum of its tapes."""
+        tokens = tuple(tokens)
+        shared: dict[str, int] = {}
+        for node in self._nodes.values():  # parents before children
+            start = 0 if node.parent is None else self._length[node.parent]
+            n = start if node.parent is None else shared[node.parent]
+            if n == start:
+                for own, given in zip(node.own_tokens, tokens[start:]):
+                    if own != given:
+                        break
+                    n += 1
+            shared[node.id] = n
+        return shared
+
     def shared_prefix(self, node_id: str) -> int:
         """How many tokens `node_id` shares with its parent (the parent's whole tape)."""
         node = self.node(node_id)
