@@ -126,9 +126,12 @@ def build_prompt(session: Session, rendering: Rendering, messages: list[dict], h
         end = max(end, start)
         segments.append(PromptSegment(seg.label, seg.index, seg.role, start, end))
         start = end
-    last_user = next((m for m in reversed(messages) if m["role"] in ("user", "tool")), messages[-1])
-    said = last_user.get("content") or ""
-    return _built(text, tokens, segments, cmap.rerenders, said, rendering)
+    return _built(text, tokens, segments, cmap.rerenders, last_said(messages).get("content") or "", rendering)
+
+
+def last_said(messages: list[dict]) -> dict:
+    """The message a request answers: its last user message or tool result."""
+    return next((m for m in reversed(messages) if m["role"] in ("user", "tool")), messages[-1])
 
 
 def _built(text: str, tokens: list[int], segments: Sequence[PromptSegment], rerenders: int | None, said: str,

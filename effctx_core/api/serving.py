@@ -26,8 +26,18 @@ from effctx_core.api.conversations import (
 from effctx_core.api.errors import bad_request, context_exceeded
 from effctx_core.api.holdback import TextHoldback
 from effctx_core.api.models import ChatCompletionRequest, CompletionRequest, NamedToolChoice, content_text
-from effctx_core.api.prompt import BuiltPrompt, Rendering, build_prompt, keep_reply_tokens, rendering_for
+from effctx_core.api.prompt import (
+    BuiltPrompt,
+    Rendering,
+    build_prompt,
+    keep_reply_tokens,
+    last_said,
+    rendering_for,
+)
 from effctx_core.api.tools import (
+    HERMES_OPEN,
+    MISTRAL_MARKER,
+    PYTHON_TAG,
     ParsedReply,
     ToolCall,
     ToolFormat,
@@ -48,8 +58,8 @@ from effctx_core.snapshots.tree import Node
 
 # The markers a reply opens a tool call with, per format: text from one on is held back
 # from a stream and parsed when the reply is complete.
-_CALL_MARKERS = {ToolFormat.HERMES: ("<tool_call>",), ToolFormat.MISTRAL: ("[TOOL_CALLS]",),
-                 ToolFormat.LLAMA3_JSON: ("<|python_tag|>", '{"name"')}
+_CALL_MARKERS = {ToolFormat.HERMES: (HERMES_OPEN,), ToolFormat.MISTRAL: (MISTRAL_MARKER,),
+                 ToolFormat.LLAMA3_JSON: (PYTHON_TAG, '{"name"')}
 
 
 @dataclass
@@ -282,7 +292,7 @@ def _versions(engine: SessionEngine, node: Node | None, divergence: Divergence,
 
 
 def _node_label(messages: list[dict]) -> str:
-    last = next((m for m in reversed(messages) if m["role"] in ("user", "tool")), messages[-1])
+    last = last_said(messages)
     text = " ".join(str(last.get("content") or "").split())
     return (f"{last['role']}: " + text)[:60]
 
