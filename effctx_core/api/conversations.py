@@ -245,12 +245,11 @@ def diverge(earlier: Earlier | None, facts: RequestFacts, tokens: Sequence[int],
     lo = max(0, at - SIDE_TOKENS)
     side_a, side_b = detokenize(stored[lo:at + SIDE_TOKENS]), detokenize(tokens[lo:at + SIDE_TOKENS])
     offset = None if seg is None else at - seg.start
-    kind, detail = _kind(earlier, facts, facts.roles, seg, side_a, side_b, stored, tokens, at, detokenize)
+    kind, detail = _kind(earlier, facts, seg, side_a, side_b, stored, tokens, at, detokenize)
     return Divergence(kind, at, seg, offset, side_a, side_b, detail, node)
 
 
-def _kind(earlier: Earlier, facts: RequestFacts, roles: Sequence[str], seg: PromptSegment | None, side_a: str,
-          side_b: str, stored: Sequence[int], tokens: Sequence[int], at: int,
+def _kind(earlier: Earlier, facts: RequestFacts, seg: PromptSegment | None, side_a: str, side_b: str, stored: Sequence[int], tokens: Sequence[int], at: int,
           detokenize: Callable[[Sequence[int]], str]) -> tuple[str, str]:
     if earlier.template and facts.template != earlier.template:
         return "template_changed", f"{earlier.template} → {facts.template}"
@@ -266,15 +265,13 @@ def _kind(earlier: Earlier, facts: RequestFacts, roles: Sequence[str], seg: Prom
         if _looks_like_stamp(side_a, side_b):
             return "date_changed", "the template's date or time" if facts.stamps_date else ""
         return "rerendered", "outside the messages"
-    if index >= len(earlier.messages) or facts.messages[index] != earlier.messages[index]:
-        if index >= len(earlier.messages):
-            return "rerendered", ""
-        if _looks_like_stamp(side_a, side_b):
-            return "date_changed", ""
-        return "history_edited", ""
+    if index >= len(earlier.messages):
+        return "rerendered", ""
+    if facts.messages[index] != earlier.messages[index]:
+        return ("date_changed" if _looks_like_stamp(side_a, side_b) else "history_edited"), ""
     # The same message text, other tokens.
     assert seg is not None  # the index came from it
-    if roles[index] == "assistant" and detokenize(tokens[at:seg.end]).startswith(detokenize(stored[at:seg.end])):
+    if facts.roles[index] == "assistant" and detokenize(tokens[at:seg.end]).startswith(detokenize(stored[at:seg.end])):
         return "retokenized", ""
     return "rerendered", ""
 
