@@ -5,15 +5,18 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
+from urllib.parse import urlsplit
 
 from textual import work
 
+from effctx_core.api.client import EndpointConversation
 from effctx_core.bench.cell import CellBenchPlan
 from effctx_core.cancel import CancelToken
 from effctx_core.engine import ConsoleEngine, PrefillCancelled, SessionEngine
 from effctx_core.engine.queued import QueuedEngine
 from effctx_core.engine.service import EngineService
 from effctx_core.errors import Cancelled, EffctxError
+from effctx_core.events.follow import TraceFollower
 from effctx_core.events.reader import Trace
 from effctx_core.events.trace import Event, ModelProgress
 from effctx_core.models import resolve_model
@@ -57,6 +60,8 @@ class EffctxApp(ConsoleApp):
         replay: Trace | None = None,
         replay_speed: float = 1.0,
         replay_paused: bool = False,
+        follow: TraceFollower | None = None,
+        talk: EndpointConversation | None = None,
         theme: str | None = None,
         prefix_text: str | None = None,
         prefix_name: str = "prefix",
@@ -81,8 +86,11 @@ class EffctxApp(ConsoleApp):
         self.engine: ConsoleEngine | None = None
         self._loading: CancelToken | None = None  # set while the model is prepared and opened
         self.bench_plan = CellBenchPlan()  # what the benchmark screen runs
-        # A recorded trace to play instead of a model (`effctx --replay FILE`).
-        self.player = ReplayPlayer(replay, replay_speed, not replay_paused) if replay is not None else None
+        # A recorded trace to play instead of a model (`effctx --replay FILE`), or one
+        # followed as another process writes it (`effctx --watch FILE`).
+        self.player = ReplayPlayer(replay, replay_speed, not replay_paused, follow) if replay is not None else None
+        # Where a watching console's own turns go: the endpoint of the engine it watches.
+        self.talk = talk
         self.session_screen = SessionScreen(max_tokens, self.player)
         # The endpoint this console serves its engine on (`--api`), once the model is open.
         self.api, self._api_socket = api, api_socket
@@ -173,6 +181,8 @@ class EffctxApp(ConsoleApp):
 
     @property
     def endpoint_address(self) -> str | None:
+        if self.talk is not None:  # the endpoint of the engine this console watches
+            return urlsplit(self.talk.base_url).netloc
         return self.endpoint.address if self.endpoint is not None else None
 
     def _serve(self, engine: SessionEngine) -> QueuedEngine:

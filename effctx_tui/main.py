@@ -12,7 +12,7 @@ from effctx_core.cli.main import COMMANDS, run_command
 from effctx_core.cli.options import EXIT_BAD_INPUT, warn
 from effctx_core.errors import EffctxError
 from effctx_core.parent_watch import watch_parent
-from effctx_tui.options import SERVED_ENV, check_console_options, console_parser
+from effctx_tui.options import ENDPOINT_KEY_ENV, SERVED_ENV, check_console_options, console_parser
 
 QUIT_GRACE_S = 5.0  # how long a served console whose server is gone may take to quit
 
@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warn(checked.warnings)
     for note in checked.notes:
         print(f"effctx: {note}", file=sys.stderr)
+    from effctx_core.api.client import EndpointConversation
     from effctx_tui.app import USER_CACHE, EffctxApp
 
     api_socket = None
@@ -76,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"effctx: error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
     if checked.replay is not None:
-        app = EffctxApp(replay=checked.replay, replay_speed=opts.speed)
+        talk = EndpointConversation(opts.endpoint.rstrip("/"), os.environ.get(ENDPOINT_KEY_ENV)) if opts.endpoint else None
+        app = EffctxApp(replay=checked.replay, replay_speed=opts.speed, follow=checked.follow, talk=talk)
     else:
         profile = checked.profile
         app = EffctxApp(model=opts.model or profile.model, profile=profile, max_tokens=opts.max_tokens,

@@ -6,6 +6,7 @@ as `run` (`check_run_inputs`)."""
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass
 from importlib import resources
 
@@ -18,12 +19,16 @@ from effctx_core.cli.options import (
     session_name,
 )
 from effctx_core.errors import EffctxError
+from effctx_core.events.follow import TraceFollower
 from effctx_core.events.reader import Trace
 from effctx_core.profiles import Profile
 
 MAX_SPEED = 64
 # Set by `effctx serve` for the consoles it starts (textual-serve passes its environment on).
 SERVED_ENV = "EFFCTX_SERVED"
+# The key a watching console sends with its turns (`--endpoint`): the environment, not an
+# argument, so `ps` does not show it.
+ENDPOINT_KEY_ENV = "EFFCTX_ENDPOINT_KEY"
 
 
 def demo_names() -> list[str]:
@@ -40,6 +45,12 @@ def console_parser(commands: list[str]) -> OneLineParser:
     parser.add_argument("--record", metavar="FILE", help="record the session's events (the same as --trace)")
     parser.add_argument("--replay", metavar="FILE", help="play a recorded trace in the console, with no model")
     parser.add_argument("--demo", metavar="NAME", help=f"play a shipped demo trace ({', '.join(demo_names())})")
+    parser.add_argument("--watch", metavar="FILE",
+                        help="follow a trace another effctx process is writing (effctx api --trace FILE, "
+                             "effctx --record FILE), live, with no model")
+    parser.add_argument("--endpoint", metavar="URL",
+                        help="with --watch: send your turns to this effctx endpoint (http://HOST:PORT/v1) as "
+                             f"chat requests; its key, if it needs one, in ${ENDPOINT_KEY_ENV}")
     parser.add_argument("--speed", type=number(float, above=0, at_most=MAX_SPEED), default=1.0, metavar="X",
                         help=f"replay speed, above 0 and at most {MAX_SPEED} (default 1)")
     parser.add_argument("--session", metavar="NAME", type=session_name,
@@ -88,6 +99,7 @@ class ConsoleOptions:
     prefix_text: str | None
     warnings: list[str]  # said before the console opens and again inside it
     api: ApiAddress | None = None  # where the console also serves its engine
+    follow: TraceFollower | None = None  # the replayed trace is still being written (`--watch`)
 
     @property
     def notes(self) -> list[str]:
@@ -97,8 +109,8 @@ class ConsoleOptions:
 def _replay_trace(opts: argparse.Namespace) -> Trace | None:
     from effctx_core.events.reader import read_trace
 
-    if opts.replay and opts.demo:
-        raise EffctxError("--replay and --demo both name a trace: give one")
+    if sum(bool(given) for given in (opts.replay, opts.demo, opts.watch)) > 1:
+        raise EffctxError("--replay, --demo and --watch each name a trace: give one")
     if opts.demo:
         if opts.demo not in demo_names():
             raise EffctxError(f"unknown demo {opts.demo!r} (available: {', '.join(demo_names())})")
@@ -113,12 +125,19 @@ def check_console_options(opts: argparse.Namespace) -> ConsoleOptions:
         raise EffctxError("--trace and --record both name the trace file: give one")
     inputs = check_run_inputs(opts, opts.trace or opts.record)
     replay = _replay_trace(opts)
+    follow = TraceFollower(opts.watch) if opts.watch else None
+    if follow is not None:
+        replay = follow.opening()
     if replay is not None:
         if inputs.prefix_text is not None:
             raise EffctxError("--prefix-file needs a model: a replay plays its recorded prefix")
         if opts.trace or opts.record:
             raise EffctxError("--trace records a model's session: a replay has none to record")
+    if opts.endpoint and not opts.watch:
+        raise EffctxError("--endpoint sends a watching console's turns: give --watch FILE too")
+    if opts.endpoint and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", opts.endpoint):
+        raise EffctxError(f"--endpoint {opts.endpoint!r}: give the endpoint's URL, http://HOST:PORT/v1")
     api = _api_address(opts)
     if api is not None and replay is not None:
         raise EffctxError("--api serves a model: a replay has none")
-    return ConsoleOptions(inputs.profile, replay, inputs.prefix_text, inputs.warnings, api)
+    return ConsoleOptions(inputs.profile, replay, inputs.prefix_text, inputs.warnings, api, follow)

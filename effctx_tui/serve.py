@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import re
 import shlex
 import socket
@@ -21,10 +22,17 @@ from typing import Iterator
 from effctx_core.cli.options import EXIT_BAD_INPUT, OneLineParser, number, warn
 from effctx_core.errors import EffctxError
 from effctx_core.user_files import os_reason
-from effctx_tui.options import SERVED_ENV, check_console_options, console_parser
+from effctx_tui.options import (
+    ENDPOINT_KEY_ENV,
+    SERVED_ENV,
+    ConsoleOptions,
+    check_console_options,
+    console_parser,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+API_QUEUE = 16  # requests that may wait for the engine, the browser consoles' turns among them
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -132,11 +140,10 @@ def serve(argv: list[str]) -> int:
     try:
         opts = _serve_parser(console).parse_args(argv)
         checked = check_console_options(opts)
-        if checked.api is not None:
-            # Every browser tab runs a console of its own, and one port takes one endpoint.
-            raise EffctxError("--api serves one console's engine: run `effctx --api` in a terminal instead")
         host = opts.host or DEFAULT_HOST
         _check_listen(host, opts.port)
+        if checked.api is not None:
+            return _serve_with_endpoint(console, opts, checked, host)
         if opts.prefix_file:
             # absolute: the served consoles need not start in this directory
             opts.prefix_file = str(Path(opts.prefix_file).resolve())
@@ -146,11 +153,14 @@ def serve(argv: list[str]) -> int:
         print(f"effctx: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     warn(checked.warnings)
+    return _serve_consoles(console_command(console_argv(console, opts)), host, opts)
 
+
+def _serve_consoles(command: str, host: str, opts: argparse.Namespace) -> int:
+    """textual-serve, starting `command` for each browser tab, until Ctrl+C."""
     if host not in _LOOPBACK:
         print(f"effctx serve: warning: listening on {host}: the console (and the files it can write) "
               "is reachable from the network, without a password", file=sys.stderr, flush=True)
-    command = console_command(console_argv(console, opts))
     from textual_serve.server import Server
 
     public_url = opts.public_url or f"http://{_url_host(host)}:{opts.port}"
@@ -163,3 +173,51 @@ def serve(argv: list[str]) -> int:
         print(f"effctx: error: cannot listen on {_url_host(host)}:{opts.port}: {os_reason(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
+
+
+def _serve_with_endpoint(console: argparse.ArgumentParser, opts: argparse.Namespace, checked: ConsoleOptions,
+                         host: str) -> int:
+    """`effctx serve --api`: this process holds the engine and serves the endpoint; each
+    browser tab's console watches the engine's trace live and sends its turns to the
+    endpoint, one more client in the same queue."""
+    from effctx_core.api.server import EndpointThread, bind
+    from effctx_core.cli.api_command import open_endpoint
+
+    assert checked.api is not None  # the caller's reason to come here
+    for given, flag in ((opts.prefix_file, "--prefix-file"), (opts.session, "--session"), (checked.replay, "--replay")):
+        if given:
+            raise EffctxError(f"{flag} is a console's own: with --api the browser consoles watch the endpoint's engine")
+    record = opts.record or opts.trace
+    if record and Path(record).exists():
+        # The consoles follow the trace as it is written: a trace replacing an old file
+        # is written beside it and renamed only at the end.
+        raise EffctxError(f"{record} exists: with --api the trace must be a new file, followed as it is written")
+    api = checked.api
+    if api.port == opts.port:
+        raise EffctxError(f"--api {api.port} is --port too: the endpoint and the browser consoles need a port each")
+    sock = bind(api.host, api.port)  # a port in use is one line now, not after the model loads
+    with tempfile.TemporaryDirectory(prefix="effctx-serve-api-") as folder:
+        trace = Path(record).resolve() if record else Path(folder) / "engine.jsonl"
+        profile = checked.profile
+        endpoint = open_endpoint(opts, profile, str(trace), API_QUEUE, checkpoints=not opts.no_checkpoints)
+        print(f"effctx serve: loading {opts.model or profile.model or 'the default model'} "
+              f"(profile {profile.name})…", flush=True)
+        try:
+            kept = endpoint.kept.future.result()
+        except Exception as exc:  # noqa: BLE001 - the model did not open: said in one line
+            endpoint.service.stop()
+            sock.close()
+            raise EffctxError(f"the model did not load: {exc}") from None
+        thread = EndpointThread(endpoint.service, endpoint.settings, sock, API_QUEUE)
+        thread.start()
+        url = f"http://{_url_host(api.host)}:{api.port}/v1"
+        resumed = f"; {kept} earlier requests' conversations kept" if kept else ""
+        print(f"effctx serve: the endpoint is ready on {url}{resumed}", flush=True)
+        if api.key:
+            # Inherited by the consoles (textual-serve passes its environment on): a key
+            # on their command lines would show in `ps`.
+            os.environ[ENDPOINT_KEY_ENV] = api.key
+        try:
+            return _serve_consoles(console_command(["--watch", str(trace), "--endpoint", url]), host, opts)
+        finally:
+            thread.stop()

@@ -74,7 +74,11 @@ def test_it_serves_logs_each_request_and_stops_cleanly_on_ctrl_c(tiny_chatml, tm
     (["--api", "localhost:http"], "effctx: error: --api 'localhost:http': give [HOST:]PORT with a port from 1 to 65535"),
     (["--api-key", "k"], "effctx: error: --api-key is for the endpoint: give --api [HOST:]PORT too"),
     (["--api", "8080", "--demo", "chat"], "effctx: error: --api serves a model: a replay has none"),
-    (["serve", "--api", "8080"], "effctx: error: --api serves one console's engine: run `effctx --api` in a terminal instead"),
+    (["serve", "--api", "8000"], "effctx: error: --api 8000 is --port too: the endpoint and the browser consoles "
+                                 "need a port each"),
+    (["--endpoint", "http://127.0.0.1:8080/v1"], "effctx: error: --endpoint sends a watching console's turns: "
+                                                 "give --watch FILE too"),
+    (["--watch", "t.jsonl", "--demo", "chat"], "effctx: error: --replay, --demo and --watch each name a trace: give one"),
 ])
 def test_the_console_refuses_an_endpoint_it_cannot_serve_in_one_line(args, line):
     assert one_error_line(effctx(*args)) == line

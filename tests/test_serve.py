@@ -13,13 +13,20 @@ import time
 import urllib.request
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Callable
 from urllib.parse import urljoin, urlsplit
 
+import openai
 import pytest
 
+from effctx_core.events.reader import read_trace
 from effctx_tui import serve as serve_mod
+from effctx_tui.options import ENDPOINT_KEY_ENV
 from tests.helpers import headless_chromium
+from tests.helpers.api_server import CHATML_TOKENS, HERMES_CHATML
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
+DEMO_TRACE = Path(serve_mod.__file__).with_name("demos") / "chat.jsonl"
 _CSI = re.compile(r"\x1b(\[[0-9;?$]*[A-Za-z]|\][^\x07]*\x07)")
 
 
@@ -27,6 +34,7 @@ class FakeServer:
     """Stands in for textual-serve's Server: records what it was given, listens nowhere."""
 
     made: list["FakeServer"] = []
+    while_serving: Callable[[], None] = staticmethod(lambda: None)  # what a test looks at while it "serves"
 
     def __init__(self, command, host, port, title, public_url, templates_path):
         self.command, self.host, self.port, self.title, self.public_url = command, host, port, title, public_url
@@ -34,7 +42,7 @@ class FakeServer:
         FakeServer.made.append(self)
 
     def serve(self):
-        pass
+        FakeServer.while_serving()
 
 
 @pytest.fixture
@@ -42,6 +50,7 @@ def fake_server(monkeypatch):
     import textual_serve.server
 
     FakeServer.made = []
+    monkeypatch.setattr(FakeServer, "while_serving", staticmethod(lambda: None))
     monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
     return FakeServer.made
 
@@ -248,3 +257,93 @@ def test_the_page_template_given_to_textual_serve_is_its_own_without_the_font_cd
         page = (folder / "app_index.html").read_text()
     assert "fonts.googleapis.com" not in page
     assert page.count("@font-face") == 2 and 'css/xterm.css" />' in page
+
+
+# ---------------------------------------------------------------- serve --api
+
+
+@pytest.fixture(scope="module")
+def tiny_chatml(tmp_path_factory) -> Path:
+    return write_tiny_llama_gguf(tmp_path_factory.mktemp("serve-api") / "tiny.gguf", chat_template=HERMES_CHATML,
+                                 special_tokens=CHATML_TOKENS, eot_token="<|im_end|>")
+
+
+@pytest.mark.model
+def test_with_api_this_process_serves_the_endpoint_and_each_tab_watches_its_engine(
+        fake_server, capsys, tmp_path, monkeypatch, tiny_chatml):
+    # The endpoint's conversations in the test's folder, not the user's; no states stored
+    # (--no-checkpoints): the cache folder holds the llama.cpp build and stays.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv(ENDPOINT_KEY_ENV, raising=False)
+    web, api = _free_port(), _free_port()
+    trace = tmp_path / "engine.jsonl"
+    seen = {}
+
+    def while_serving() -> None:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{api}/v1", api_key="s3cret", max_retries=0, timeout=60)
+        reply = client.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}],
+                                               max_tokens=2, temperature=0)
+        seen["finish"] = reply.choices[0].finish_reason
+        seen["trace"] = read_trace(trace)
+        seen["key"] = os.environ.get(ENDPOINT_KEY_ENV)
+
+    FakeServer.while_serving = staticmethod(while_serving)
+    argv = ["--port", str(web), "--api", str(api), "--api-key", "s3cret", "--model", str(tiny_chatml),
+            "--n-ctx", "512", "--no-checkpoints", "--record", str(trace)]
+    assert serve_mod.serve(argv) == 0
+    (server,) = fake_server
+    assert server.command == (f"EFFCTX_SERVED=1 exec {sys.executable} -m effctx_tui.main --watch {trace} "
+                              f"--endpoint http://127.0.0.1:{api}/v1")
+    assert seen["finish"] in ("stop", "length") and seen["key"] == "s3cret"
+    assert [e.kind for e in seen["trace"].events][:1] == ["session_opened"]
+    assert list((tmp_path / "data" / "effctx" / "api").glob("conversations-*.json"))  # kept in the test's folder
+    assert "request_served" in {e.kind for e in seen["trace"].events}
+    out = capsys.readouterr().out
+    assert f"effctx serve: the endpoint is ready on http://127.0.0.1:{api}/v1" in out
+    with pytest.raises(OSError):  # the endpoint stopped with the server
+        socket.create_connection(("127.0.0.1", api), timeout=2).close()
+
+
+@pytest.mark.parametrize(("extra", "error"), [
+    (["--prefix-file", "notes.txt"], "--prefix-file is a console's own: with --api the browser consoles watch "
+                                     "the endpoint's engine"),
+    (["--session", "mine"], "--session is a console's own: with --api the browser consoles watch the endpoint's engine"),
+    (["--record", "old.jsonl"], "old.jsonl exists: with --api the trace must be a new file, followed as it is "
+                                "written"),
+    (["--api", "0.0.0.0:9"], "--api 0.0.0.0:9 is reachable from other machines: give --api-key too"),
+])
+def test_with_api_what_a_tab_cannot_share_is_refused_before_the_model_loads(fake_server, capsys, gguf_files, extra,
+                                                                              error):
+    (gguf_files / "notes.txt").write_text("Notes.", encoding="utf-8")
+    (gguf_files / "old.jsonl").write_bytes(DEMO_TRACE.read_bytes())  # an earlier recording
+    argv = ["--port", str(_free_port()), "--model", "m.gguf", "--api", str(_free_port()), *extra]
+    assert serve_mod.serve(argv) == 2
+    assert not fake_server and capsys.readouterr().err == f"effctx: error: {error}\n"
+
+
+def test_with_api_on_the_consoles_port_is_refused(fake_server, capsys, gguf_files):
+    port = _free_port()
+    assert serve_mod.serve(["--port", str(port), "--model", "m.gguf", "--api", str(port)]) == 2
+    assert capsys.readouterr().err == (f"effctx: error: --api {port} is --port too: the endpoint and the browser "
+                                       "consoles need a port each\n")
+
+
+@pytest.mark.model
+async def test_a_browser_tab_of_serve_api_watches_the_endpoint_and_sends_its_turns_to_it(tmp_path, tiny_chatml,
+                                                                                         monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the endpoint's conversations, as above
+    api = _free_port()
+    async with _served_page(tmp_path, "--api", str(api), "--model", str(tiny_chatml), "--n-ctx", "512",
+                            "--no-checkpoints") as (_, page, _port):
+        terminal = "window.__terminalText.replace(/\\x1b(\\[[0-9;?$]*[A-Za-z]|\\][^\\x07]*\\x07)/g, '')"
+        await page.wait_for(f"{terminal}.includes('watching engine.jsonl')", timeout=60)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{api}/v1", api_key="unused", max_retries=0, timeout=60)
+        await asyncio.get_running_loop().run_in_executor(None, lambda: client.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": "From the SDK"}], max_tokens=2))
+        await page.wait_for(f"{terminal}.includes('request: From the SDK')", timeout=30)
+        # The tab's prompt has the focus: what is typed there goes to the endpoint.
+        await page.evaluate("document.querySelector('.xterm-helper-textarea').focus()")
+        await page.call("Input.insertText", text="typed in the tab")
+        await page.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter",
+                        windowsVirtualKeyCode=13, text="\r")
+        await page.wait_for(f"{terminal}.includes('request: typed in the tab')", timeout=30)

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from effctx_core.api import errors
+from effctx_core.api import DEFAULT_MAX_BODY, errors
 from effctx_core.api.errors import ApiError
 from effctx_core.api.logline import log_line
 from effctx_core.api.models import ChatCompletionRequest, CompletionRequest, param_of
@@ -45,7 +45,6 @@ from effctx_core.events.trace import RequestQueued, RequestServed
 
 log = logging.getLogger("effctx.api")
 
-DEFAULT_MAX_BODY = 8 * 1024 * 1024
 BODY_CHUNK_TIMEOUT_S = 10.0  # the longest wait for the next piece of a request's body
 
 

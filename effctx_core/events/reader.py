@@ -93,6 +93,17 @@ def _event(data: dict, where: str) -> Event:
         raise TraceError(f"{where}: a {kind} event that does not fit its record: {exc}") from None
 
 
+def event_from_line(line: bytes, where: str) -> Event:
+    """One complete line of a trace as its typed event; a damaged line is a TraceError."""
+    try:
+        data = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        raise TraceError(f"{where}: not a JSON event (the trace is damaged)") from None
+    if not isinstance(data, dict):
+        raise TraceError(f"{where}: not a JSON event object")
+    return _event(data, where)
+
+
 def read_trace(path: str | Path) -> Trace:
     path = Path(path)
     try:
@@ -106,16 +117,7 @@ def read_trace(path: str | Path) -> Trace:
     cut = lines[-1] != b""
     body = lines[:-1]
     tail = lines[-1] if cut else None
-    events: list[Event] = []
-    for number, line in enumerate(body, start=1):
-        where = f"{path} line {number}"
-        try:
-            data = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            raise TraceError(f"{where}: not a JSON event (the trace is damaged)") from None
-        if not isinstance(data, dict):
-            raise TraceError(f"{where}: not a JSON event object")
-        events.append(_event(data, where))
+    events = [event_from_line(line, f"{path} line {number}") for number, line in enumerate(body, start=1)]
     truncated = False
     if tail is not None:
         try:

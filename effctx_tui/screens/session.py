@@ -58,6 +58,7 @@ from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
 
 if TYPE_CHECKING:
+    from effctx_core.api.client import EndpointConversation
     from effctx_core.cells import Cell
     from effctx_core.profiles import Profile
     from effctx_tui.replay_player import ReplayPlayer
@@ -103,6 +104,7 @@ class ConsoleHost(Protocol):
     prefix_name: str
     session_name: str | None  # the name the tree is saved under (None: not saved)
     bench_plan: CellBenchPlan
+    talk: EndpointConversation | None  # a watching console's turns go to the watched endpoint (`--endpoint`)
 
     @property
     def endpoint_address(self) -> str | None:
@@ -218,8 +220,16 @@ class SessionScreen(Screen):
         self._n_ctx = controls.player.engine.n_ctx
         self._hide_progress()
         prompt = self.query_one(Input)
-        prompt.placeholder = "a recorded session: space plays/pauses, n steps, + and - change the speed"
-        prompt.disabled = True
+        if self.effctx_app.talk is not None:
+            prompt.placeholder = "Say something and press Enter: it goes to the endpoint, in its queue"
+            prompt.focus()
+            self._show_endpoint()
+        elif controls.player.follow is not None:
+            prompt.placeholder = "watching another process's engine: space pauses, n steps"
+            prompt.disabled = True
+        else:
+            prompt.placeholder = "a recorded session: space plays/pauses, n steps, + and - change the speed"
+            prompt.disabled = True
         self.query_one(StatusLine).show_ready(0, self._n_ctx)
         controls.start()
 
@@ -541,6 +551,10 @@ class SessionScreen(Screen):
         text = event.value.strip()
         if not text:
             return
+        talk = self.effctx_app.talk
+        if talk is not None:
+            self._send(talk, event.input, text)
+            return
         if not self.ready:
             self._refuse_enter("The model is still loading; the prompt keeps your text.")
             return
@@ -553,6 +567,26 @@ class SessionScreen(Screen):
         self.refresh_bindings()
         self.query_one(Transcript).add_user(text)
         self.run_turn(text)
+
+    def _send(self, talk: EndpointConversation, prompt: Input, text: str) -> None:
+        """A watching console's turn: a request to the endpoint, whose engine's events
+        show it here as any client's."""
+        if self.busy:
+            self._refuse_enter("Your last turn is still with the endpoint; the prompt keeps your text.")
+            return
+        prompt.clear()
+        self.busy = True
+        self._say_to_endpoint(talk, text)
+
+    @work(thread=True, group="turn", exit_on_error=False)
+    def _say_to_endpoint(self, talk: EndpointConversation, text: str) -> None:
+        try:
+            talk.say(text, self.max_tokens)
+        except EffctxError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+        finally:
+            # Not TurnDone: the watched engine's own events count the turn.
+            self.app.call_from_thread(setattr, self, "busy", False)
 
     def _refuse_enter(self, why: str) -> None:
         """Say why an Enter sent nothing, once while the notice shows: a terminal without
