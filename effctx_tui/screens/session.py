@@ -160,6 +160,7 @@ class SessionScreen(Screen):
         self._enter_refused = -math.inf  # time.monotonic() of the last "Enter sent nothing" notice
         self._waiting: set[str] = set()  # the endpoint's requests queued and not yet started
         self._request_turn = 0  # the turn serving the endpoint's last routed request
+        self._serving: str | None = None  # the request whose turn runs, until it is served
 
     @property
     def effctx_app(self) -> ConsoleHost:
@@ -264,6 +265,8 @@ class SessionScreen(Screen):
         self.restores.clear()
         self.timeline = engine_timeline(lambda: self.effctx_app.engine)
         self.requests = RequestLog()
+        self._waiting.clear()
+        self._serving = None
         self._resident = 0
         self._hide_progress()
         self._refresh_strip()
@@ -466,11 +469,14 @@ class SessionScreen(Screen):
     def _on_request_routed(self, event: RequestRouted) -> None:
         # The turn that follows is a client's, not typed here: the transcript says so.
         self._waiting.discard(event.request)
+        self._serving = event.request
         self._request_turn = event.turn
         self._show_endpoint()
 
     def _on_request_served(self, event: RequestServed) -> None:
         self._waiting.discard(event.request)
+        if self._serving == event.request:
+            self._serving = None
         self._show_endpoint()
 
     def show_endpoint(self) -> None:
@@ -481,7 +487,7 @@ class SessionScreen(Screen):
         address = self.effctx_app.endpoint_address
         if address is None:
             return
-        self.query_one(EndpointStatus).show(address, len(self._waiting))
+        self.query_one(EndpointStatus).show(address, len(self._waiting), self._serving is not None)
 
     def _on_turn_started(self, event: TurnStarted) -> None:
         if event.turn == self._request_turn:

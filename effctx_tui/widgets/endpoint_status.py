@@ -17,7 +17,10 @@ class EndpointStatus(Static):
     EndpointStatus.serving { display: block; }
     """
 
-    def show(self, address: str, waiting: int) -> None:
+    def show(self, address: str, waiting: int, serving: bool) -> None:
+        """`serving`: a request's turn runs now (it no longer waits)."""
         self.add_class("serving")
         queue = format_counted(waiting, "request") + " waiting" if waiting else "no request waiting"
+        if serving:
+            queue = f"serving a request · {queue}"
         self.update(Content.assemble(("API ", "bold"), f"http://{address}/v1", ("  │  " + queue, MUTED)))

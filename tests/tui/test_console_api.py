@@ -43,6 +43,10 @@ def serving_app(model) -> tuple[EffctxApp, str]:
     return app, f"http://127.0.0.1:{port}/v1"
 
 
+def endpoint_line(screen) -> str:
+    return str(screen.query_one(EndpointStatus).render())
+
+
 def system(text: str) -> dict:
     return {"role": "system", "content": text}
 
@@ -89,8 +93,7 @@ async def test_the_status_line_says_where_the_endpoint_listens(tiny_chatml):
     async with session_when_ready(app, (100, 30)) as (pilot, screen):
         await wait_for(pilot, lambda: app.endpoint is not None)
         await pilot.pause(0.1)
-        assert str(screen.query_one(EndpointStatus).render()) == \
-            f"API {base_url}  │  no request waiting"
+        assert endpoint_line(screen) == f"API {base_url}  │  no request waiting"
 
 
 async def test_a_request_shows_in_the_transcript_and_the_console_goes_on_after_it(tiny_chatml):
@@ -210,22 +213,24 @@ async def test_the_status_line_and_the_strip_follow_a_request_while_it_is_served
             served = asyncio.create_task(ask(base_url, [user("Hello from a client")]))
             await wait_for(pilot, lambda: requests.rows and requests.rows[0].prefilled)
             prompt = requests.rows[0].prompt_tokens  # all of it is prefilled: the engine held nothing
-            in_prefill = status_text(screen), strip.table.n_tokens
+            in_prefill = status_text(screen), strip.table.n_tokens, endpoint_line(screen)
             go_on()
             await wait_for(pilot, lambda: requests.rows[0].status == "decoding")
             in_decode = status_text(screen), strip.table.n_tokens, user_lines(screen)
         reply = await served
         await wait_for(pilot, lambda: requests.served)
-        after = status_text(screen).split("\n")[0], strip.table.n_tokens
+        after = status_text(screen).split("\n")[0], strip.table.n_tokens, endpoint_line(screen)
 
         def resident(n: int) -> str:
             return f"resident {n} / 1,024 · available {1024 - n}  │  "
 
         assert prompt == reply.usage.prompt_tokens
         # The strip shows what the engine's residency map holds: the prompt once its prefill is done.
-        assert in_prefill == (resident(prompt) + f"prefilling {prompt} / {prompt} tokens…", 0)
+        assert in_prefill == (resident(prompt) + f"prefilling {prompt} / {prompt} tokens…", 0,
+                              f"API {base_url}  │  serving a request · no request waiting")
         assert in_decode == (resident(prompt + 1) + "decoding, 1 token…", prompt,
                              ["⇄ request: Hello from a client"])
         total = reply.usage.total_tokens
         generated = reply.usage.completion_tokens
-        assert after == (resident(total) + f"last turn: reused 0 · prefilled {prompt} · generated {generated}", total)
+        assert after == (resident(total) + f"last turn: reused 0 · prefilled {prompt} · generated {generated}", total,
+                         f"API {base_url}  │  no request waiting")
