@@ -31,17 +31,20 @@ class TaskPrompt:
     seed: int
     text: str  # the whole prompt, as the model reads it
     needles: tuple[tuple[int, int], ...]  # character spans of `text` the answer depends on
-    answers: tuple[str, ...]  # the values a right answer holds
-    control: bool = False  # no needle: nothing to find (answers then holds what would be made up)
+    answers: tuple[str, ...]  # the values a right answer holds; none for a control
+    shape: str  # a regular expression of one value: an answer to a control that holds one made it up
+
+    @property
+    def control(self) -> bool:
+        """No needle: nothing to find."""
+        return not self.answers
 
     def score(self, answer: str) -> float:
         """The fraction of the values the answer holds (RULER's match-all): 1.0 or 0.0
-        for a one-value task. A control scores 1.0 when the answer names no value shape."""
+        for a one-value task. A control scores 1.0 when the answer holds no value."""
         said = normalized(answer)
         if self.control:
-            return 0.0 if any(normalized(a) in said for a in self.answers) else 1.0
-        if not self.answers:
-            return 0.0
+            return 0.0 if re.search(self.shape, said) else 1.0
         return sum(normalized(a) in said for a in self.answers) / len(self.answers)
 
 
