@@ -222,6 +222,13 @@ class SessionEngine:
             new = session.tokenize(prompt, add_bos=not self._state.tape and session.info.facts.add_bos)
             return self._turns.run(prompt, new, config, tuple(config.stop), Segment.USER, None)
 
+    def complete_tokens(self, tokens: Sequence[int], config: DecodeConfig = DecodeConfig(),
+                        input_text: str = "") -> TurnResult:
+        """Raw completion of tokens appended to the tape as they are: a prompt tokenized
+        whole and fed in parts reaches the model exactly as it would in one piece."""
+        with self._lock, self._reported():
+            return self._turns.run(input_text, list(tokens), config, tuple(config.stop), Segment.USER, None)
+
     def chat(self, user_text: str, config: DecodeConfig = DecodeConfig()) -> TurnResult:
         """A conversation turn in the model's chat format."""
         with self._lock, self._reported():
