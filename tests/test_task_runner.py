@@ -25,7 +25,7 @@ def prompt(depth: float, seed: int) -> TaskPrompt:
     cut = int(len(FILLER) * depth)
     needle = f" The key is {key}. "
     text = FILLER[:cut] + needle + FILLER[cut:] + QUESTION
-    return TaskPrompt("keys", 200, depth, seed, text, ((cut, cut + len(needle)),), (key,), r"\d{5}")
+    return TaskPrompt("keys", 200, depth, seed, text, ((cut, cut + len(needle)),), (key,), r"\d{5}", QUESTION)
 
 
 PROMPTS = [prompt(depth, seed) for depth in (0.8, 0.2, 0.5) for seed in (0, 1)]
@@ -87,6 +87,7 @@ def test_an_evicting_cell_runs_every_prompt_cold(tiny_model):
     finally:
         engine.close()
     assert [t.shared for t in run.trials] == [0, 0]
+    assert run.cold_ttft_ms is not None and run.warm_ttft_ms is None  # no state to start warm from
 
 
 def test_every_trial_is_scored_and_joined_with_residency(engine):
@@ -94,3 +95,10 @@ def test_every_trial_is_scored_and_joined_with_residency(engine):
     for trial in run.trials:
         assert trial.score == (1.0 if trial.answers[0] in trial.answer else 0.0)
         assert trial.needles_resident and trial.evicted_tokens == 0
+
+
+def test_the_first_prompt_is_timed_cold_and_again_warm_from_its_stable_part(engine):
+    run = run_trials(engine, PROMPTS[:1], answer_tokens=1)
+    # one prompt: nothing shared, but its stable part's state was kept for the warm start
+    assert run.trials[0].shared == 0 and run.prefilled == run.prompt_tokens
+    assert run.cold_ttft_ms is not None and run.warm_ttft_ms is not None

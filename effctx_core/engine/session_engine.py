@@ -187,12 +187,13 @@ class SessionEngine:
                 self._state.cell = None
             self._state.bus.close()
 
-    def reset(self) -> None:
+    def reset(self, keep_shared: bool = True) -> None:
         """Start a new conversation. The next turn's ensure_prefix keeps what the new
         conversation shares with the old one (the same system prompt, a resent edited
-        conversation) and drops the rest, which it reports as dropped."""
+        conversation) and drops the rest, which it reports as dropped; without
+        `keep_shared` it drops everything: a cold start, as a new session's."""
         with self._lock:
-            self._state.left, self._state.tape = self._state.tape, []
+            self._state.left, self._state.tape = (self._state.tape if keep_shared else []), []
             if self._state.cell is not None:
                 self._state.tracker.reset()
 

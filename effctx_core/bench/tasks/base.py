@@ -33,6 +33,12 @@ class TaskPrompt:
     needles: tuple[tuple[int, int], ...]  # character spans of `text` the answer depends on
     answers: tuple[str, ...]  # the values a right answer holds; none for a control
     shape: str  # a regular expression of one value: an answer to a control that holds one made it up
+    question: str = ""  # the text's end that asks: what a warm start prefills after the stable part
+
+    @property
+    def stable(self) -> str:
+        """The part a client would keep from one question to the next: all but the question."""
+        return self.text[: len(self.text) - len(self.question)]
 
     @property
     def control(self) -> bool:

@@ -21,7 +21,7 @@ from effctx_core.backends.tape import common_prefix_length
 from effctx_core.bench.tasks.base import TaskPrompt
 from effctx_core.cancel import CancelToken
 from effctx_core.contract import DecodeConfig, SessionSnapshot
-from effctx_core.engine import SessionEngine
+from effctx_core.engine import SessionEngine, TurnResult
 from effctx_core.errors import Cancelled
 
 
@@ -51,6 +51,11 @@ class TrialRun:
     prompt_tokens: int  # what running every prompt cold from an empty cache would prefill
     prefilled: int  # what was prefilled
     snapshot_ms: float  # taking and restoring the shared states
+    # The walk's first prompt from an empty cache: every part's prefill and its first token.
+    cold_ttft_ms: float | None
+    # The same prompt again with its stable part (all but the question) restored: the
+    # restore, the question's prefill and the first token. None without shared states.
+    warm_ttft_ms: float | None
 
     @property
     def saved(self) -> int:
@@ -70,49 +75,92 @@ def run_trials(engine: SessionEngine, prompts: Sequence[TaskPrompt], answer_toke
     """Every prompt once, answered with up to `answer_tokens` greedy tokens; trials in
     the order the walk reaches them. `share=False` runs each prompt cold."""
     cancel = cancel or CancelToken()
-    session = engine.session
-    tokens = [session.tokenize(p.text, session.info.facts.add_bos) for p in prompts]
-    order = sorted(range(len(prompts)), key=lambda i: tokens[i])
-    # parts[k]: how much the k-th prompt of the walk shares with the next one
-    parts = [common_prefix_length(tokens[a], tokens[b]) for a, b in zip(order, order[1:])] + [0]
-    sharing = share and shares_prefills(engine)
-    held: list[tuple[int, SessionSnapshot]] = []  # the states on the walk's current path, shallowest first
-    trials, prefilled, snapshot_ns = [], 0, 0
-    for k, i in enumerate(order):
+    walk = _Walk(engine, prompts, share and shares_prefills(engine))
+    trials = []
+    for k in range(len(prompts)):
         cancel.check("task trials")
-        own = tokens[i]
         with cancel.forwarded_to(engine.cancel):
-            if sharing:
-                before = parts[k - 1] if k else 0
-                while held and held[-1][0] > before:
-                    held.pop()
-                t0 = time.perf_counter_ns()
-                at = restored = _start_from(engine, held)
-                snapshot_ns += time.perf_counter_ns() - t0
-                for point in _parting_points(parts, k, at, len(own)):
-                    prefilled += _prefill(engine, own[at:point])
-                    t0 = time.perf_counter_ns()
-                    held.append((point, engine.snapshot()))
-                    snapshot_ns += time.perf_counter_ns() - t0
-                    at = point
-            else:
-                engine.reset()
-                at = restored = 0
-            trial, computed = _answer(engine, prompts[i], own, at, restored, answer_tokens)
-        prefilled += computed
+            trial = walk.answer(k, answer_tokens)
         trials.append(trial)
         on_trial(trial)
-    return TrialRun(tuple(trials), sum(map(len, tokens)), prefilled, round(snapshot_ns / 1e6, 1))
+    return TrialRun(tuple(trials), sum(map(len, walk.tokens)), walk.prefilled, round(walk.snapshot_ns / 1e6, 1),
+                    walk.cold_ttft_ms, walk.warm_ttft_ms)
 
 
-def _start_from(engine: SessionEngine, held: list[tuple[int, SessionSnapshot]]) -> int:
-    """Restore the deepest state this prompt shares; how many of its tokens that holds."""
-    if not held:
-        engine.reset()
-        return 0
-    point, snapshot = held[-1]
-    engine.restore(snapshot)
-    return point
+class _Walk:
+    """The prompts' tokens sorted, and the states on the walk's current path."""
+
+    def __init__(self, engine: SessionEngine, prompts: Sequence[TaskPrompt], sharing: bool):
+        self.engine, self.sharing = engine, sharing
+        session = engine.session
+        bos = session.info.facts.add_bos
+        tokens = [session.tokenize(p.text, bos) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: tokens[i])
+        self.prompts = [prompts[i] for i in order]
+        self.tokens = [tokens[i] for i in order]
+        # parts[k]: how much the k-th prompt of the walk shares with the next one
+        self.parts = [common_prefix_length(a, b) for a, b in zip(self.tokens, self.tokens[1:])] + [0]
+        # Where the first prompt's question starts: its warm start restores everything before.
+        self.question_at = 0
+        if self.prompts and self.prompts[0].question:
+            stable = session.tokenize(self.prompts[0].stable, bos)
+            self.question_at = min(common_prefix_length(stable, self.tokens[0]), len(self.tokens[0]) - 1)
+        self.held: list[tuple[int, SessionSnapshot]] = []  # shallowest first
+        self.prefilled = self.snapshot_ns = 0
+        self.cold_ttft_ms: float | None = None
+        self.warm_ttft_ms: float | None = None
+
+    def answer(self, k: int, answer_tokens: int) -> TaskTrial:
+        engine, own = self.engine, self.tokens[k]
+        at = restored = self._start(k)
+        points = _parting_points(self.parts, k, at, len(own)) if self.sharing else []
+        if k == 0 and self.sharing and self.question_at > at:
+            points = sorted({*points, self.question_at})
+        parts_ms = 0.0
+        for point in points:
+            result = engine.complete_tokens(own[at:point], DecodeConfig(max_tokens=0))
+            _check(result)
+            self.prefilled += result.prefilled
+            parts_ms += result.prefill_ms
+            t0 = time.perf_counter_ns()
+            self.held.append((point, engine.snapshot()))
+            self.snapshot_ns += time.perf_counter_ns() - t0
+            at = point
+        prompt = self.prompts[k]
+        result = engine.complete_tokens(own[at:], DecodeConfig(max_tokens=answer_tokens), input_text=prompt.family)
+        _check(result)
+        self.prefilled += result.prefilled
+        trial = _trial(engine, prompt, result, len(own), restored)
+        if k == 0:
+            self.cold_ttft_ms = None if result.ttft_ms is None else round(parts_ms + result.ttft_ms, 1)
+            if self.sharing and self.question_at:
+                self.warm_ttft_ms = self._warm(own)
+        return trial
+
+    def _start(self, k: int) -> int:
+        """Restore the deepest state the k-th prompt shares; how many of its tokens that holds."""
+        engine = self.engine
+        if self.sharing and k:
+            while self.held and self.held[-1][0] > self.parts[k - 1]:
+                self.held.pop()
+        if not self.sharing or not self.held:
+            engine.reset(keep_shared=False)  # from an empty cache: the first prompt's time is a cold one
+            return 0
+        point, snapshot = self.held[-1]
+        t0 = time.perf_counter_ns()
+        engine.restore(snapshot)
+        self.snapshot_ns += time.perf_counter_ns() - t0
+        return point
+
+    def _warm(self, own: list[int]) -> float | None:
+        """The first prompt again from its stable part's state: restore, question, first token."""
+        snapshot = next(s for p, s in self.held if p == self.question_at)
+        t0 = time.perf_counter_ns()
+        self.engine.restore(snapshot)
+        restore_ms = (time.perf_counter_ns() - t0) / 1e6
+        result = self.engine.complete_tokens(own[self.question_at:], DecodeConfig(max_tokens=1))
+        _check(result)
+        return None if result.ttft_ms is None else round(restore_ms + result.ttft_ms, 1)
 
 
 def _parting_points(parts: list[int], k: int, at: int, length: int) -> list[int]:
@@ -128,28 +176,21 @@ def _parting_points(parts: list[int], k: int, at: int, length: int) -> list[int]
     return sorted(set(points))
 
 
-def _prefill(engine: SessionEngine, tokens: Sequence[int]) -> int:
-    result = engine.complete_tokens(tokens, DecodeConfig(max_tokens=0))
+def _check(result: TurnResult) -> None:
     if result.stop_reason == "cancelled":
         raise Cancelled("task trials cancelled")
-    return result.prefilled
 
 
-def _answer(engine: SessionEngine, prompt: TaskPrompt, tokens: list[int], at: int, restored: int,
-            answer_tokens: int) -> tuple[TaskTrial, int]:
-    """The trial (the tape holds its first `at` tokens, `restored` of them from an earlier
-    prompt's state), and the prompt tokens its last turn computed."""
-    result = engine.complete_tokens(tokens[at:], DecodeConfig(max_tokens=answer_tokens), input_text=prompt.family)
-    if result.stop_reason == "cancelled":
-        raise Cancelled("task trials cancelled")
+def _trial(engine: SessionEngine, prompt: TaskPrompt, result: TurnResult, prompt_tokens: int,
+           restored: int) -> TaskTrial:
     answer = result.text.strip()
     report = engine.residency_report()
     return TaskTrial(
         family=prompt.family, length=prompt.length, depth=prompt.depth, seed=prompt.seed, control=prompt.control,
-        prompt_tokens=len(tokens), answers=prompt.answers, answer=answer, score=prompt.score(answer),
+        prompt_tokens=prompt_tokens, answers=prompt.answers, answer=answer, score=prompt.score(answer),
         needles_resident=all(engine.residency.is_resident(*span) for span in _needle_tokens(engine, prompt)),
         evicted_tokens=report.evicted_tokens + report.cold_tokens, shared=restored, ttft_ms=result.ttft_ms,
-    ), result.prefilled
+    )
 
 
 def _needle_tokens(engine: SessionEngine, prompt: TaskPrompt) -> list[tuple[int, int]]:
