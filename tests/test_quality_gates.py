@@ -17,7 +17,7 @@ from effctx_core.certify.gates import (
 
 def grid(*found_of: tuple[int, int, int], false_keys: int = 0, control_trials: int = 2) -> PasskeyGrid:
     lengths = tuple(LengthResult(length, found, trials, *wilson(found, trials), found) for length, found, trials in found_of)
-    return PasskeyGrid(lengths, ControlResult(control_trials, false_keys, ("",) * control_trials), ())
+    return PasskeyGrid(lengths, ControlResult(control_trials, false_keys))
 
 
 @pytest.mark.parametrize(("successes", "trials", "low", "high"), [

@@ -1,5 +1,6 @@
-"""The quality gates' measurements: the passkey grid with Wilson intervals and a no-needle
-control, and the NLL of a reference text against the same backend's f16, no-eviction cell.
+"""The quality gates' measurements: the passkey grid (the passkey task family, measured by
+bench/task_grid.py) with Wilson intervals and a no-needle control, and the NLL of a
+reference text against the same backend's f16, no-eviction cell.
 
 No throughput figure is certified without these beside it: a faster cache that forgets
 the needle or raises the NLL shows it here.
@@ -8,25 +9,17 @@ the needle or raises the NLL shows it here.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
-from effctx_core.bench.prompts import PASSKEY_QUESTION, filler_text
-from effctx_core.bench.smoke import ANSWER_TOKENS, PasskeyTrial, run_passkey
-from effctx_core.cancel import CancelToken
-from effctx_core.contract import DecodeConfig
 from effctx_core.engine import SessionEngine
-from effctx_core.errors import Cancelled, UnsupportedFeatureError
+from effctx_core.errors import UnsupportedFeatureError
 from effctx_core.profiles import Profile
 from effctx_core.residency.config import ResidencyConfig
 
 # The reference text: a long, fixed piece of natural English every Debian-based system
 # ships (base-files), read where it lies rather than copied into the repository.
 REFERENCE_TEXT = Path("/usr/share/common-licenses/GPL-3")
-
-_KEY = re.compile(r"\d{5}")
 
 
 def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
@@ -61,52 +54,18 @@ class ControlResult:
 
     trials: int
     false_keys: int
-    answers: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class PasskeyGrid:
+    """The passkey family's grid (bench/task_grid.py) as the passkey gate reads it."""
+
     lengths: tuple[LengthResult, ...]
     control: ControlResult
-    trials: tuple[PasskeyTrial, ...]
 
     def to_dict(self) -> dict:
         return {"by_length": [asdict(r) for r in self.lengths],
                 "control": {"trials": self.control.trials, "false_keys": self.control.false_keys}}
-
-
-def _control(engine: SessionEngine, length: int, seeds: int, cancel: CancelToken) -> ControlResult:
-    answers = []
-    for _ in range(seeds):
-        cancel.check("passkey control")
-        engine.reset()
-        text = filler_text(engine.session.tokenize, length) + PASSKEY_QUESTION
-        with cancel.forwarded_to(engine.cancel):
-            result = engine.complete(text, DecodeConfig(max_tokens=ANSWER_TOKENS))
-        if result.stop_reason == "cancelled":
-            raise Cancelled("passkey control cancelled")
-        answers.append(result.text.strip())
-    return ControlResult(len(answers), sum(bool(_KEY.search(a)) for a in answers), tuple(answers))
-
-
-def run_passkey_grid(engine: SessionEngine, lengths: Sequence[int], depths: Sequence[float], seeds: int,
-                     progress: Callable[[str], None] = lambda message: None,
-                     cancel: CancelToken | None = None) -> PasskeyGrid:
-    """Every length × depth × seed, then the no-needle control at the shortest length
-    (one per seed). Lengths are counted from the shortest: a gate reads them in order."""
-    cancel = cancel or CancelToken()
-    results, trials = [], []
-    for length in sorted(lengths):
-        progress(f"passkey {length} tokens")
-        got = run_passkey(engine, [length], depths, seeds, cancel=cancel)
-        trials += got
-        found = sum(t.correct for t in got)
-        low, high = wilson(found, len(got))
-        results.append(LengthResult(length, found, len(got), round(low, 4), round(high, 4),
-                                    sum(t.needle_resident for t in got)))
-    progress("passkey control (no needle)")
-    control = _control(engine, min(lengths), seeds, cancel)
-    return PasskeyGrid(tuple(results), control, tuple(trials))
 
 
 # --------------------------------------------------------------------------- NLL

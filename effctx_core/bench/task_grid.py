@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
-from effctx_core.bench.quality import wilson
+from effctx_core.bench.quality import ControlResult, LengthResult, PasskeyGrid, wilson
 from effctx_core.bench.tasks.base import TaskFamily, TaskPrompt
 from effctx_core.bench.tasks.runner import TaskTrial, run_trials
 from effctx_core.cancel import CancelToken
@@ -57,6 +57,14 @@ class TaskGrid:
     def to_dict(self, threshold: float = EFFECTIVE_THRESHOLD) -> dict:
         return {"by_length": [asdict(r) for r in self.lengths], "prompt_tokens": self.prompt_tokens,
                 "prefilled": self.prefilled, "certified": self.certified(threshold)}
+
+
+def passkey_grid(grid: TaskGrid) -> PasskeyGrid:
+    """The passkey family's grid as the passkey gate reads it: found = every value found."""
+    lengths = tuple(LengthResult(r.length, r.full, r.trials, r.ci_low, r.ci_high, r.needles_resident)
+                    for r in grid.lengths)
+    return PasskeyGrid(lengths, ControlResult(sum(r.control_trials for r in grid.lengths),
+                                              sum(r.made_up for r in grid.lengths)))
 
 
 def longest_holding(scores: Sequence[tuple[int, float]], threshold: float) -> int | None:

@@ -1,12 +1,14 @@
 """What a certification measures: the quick plan (a few minutes for the built-in cells on
-2 CPU cores) and the full one (every workload with its control, passkey lengths up
-to what the cell allocates)."""
+2 CPU cores), the full one (every workload with its control, every task family at
+lengths up to what the cell allocates) and the long one (the full plan on the cell
+allocated up to the model's trained context, where memory allows)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from effctx_core.bench.smoke import ANSWER_TOKENS
+from effctx_core.bench.task_grid import EFFECTIVE_THRESHOLD
 from effctx_core.certify.gates import THROUGHPUT_MIN_RATIO
 from effctx_core.profiles import Profile
 from effctx_core.residency.config import policy_evicts
@@ -29,6 +31,14 @@ class CertifyPlan:
     control: bool  # run each workload beside the library's control too
     # The throughput gate's engine/raw threshold (the certificate records the one used).
     throughput_min_ratio: float = THROUGHPUT_MIN_RATIO
+    # The task families beside the passkey (bench/tasks), at these depths and `seeds` seeds.
+    families: tuple[str, ...] = ()
+    task_depths: tuple[float, ...] = (0.25, 0.75)
+    # A length is effective while the families' mean score stays at or above this.
+    effective_threshold: float = EFFECTIVE_THRESHOLD
+    # The latency-budgeted effective context: the longest effective length within this TTFT.
+    ttft_budget_ms: float = 10_000.0
+    long: bool = False  # allocate the model's trained context, where memory allows
 
     def lengths_for(self, profile: Profile) -> tuple[int, ...]:
         """The lengths this profile is tested at: a cell that keeps everything is tested
@@ -51,8 +61,10 @@ class CertifyPlan:
         return self.nll_chars
 
     def to_dict(self, profile: Profile) -> dict:
-        return {"quick": self.quick, "lengths": list(self.lengths_for(profile)), "depths": list(self.depths),
-                "seeds": self.seeds}
+        return {"quick": self.quick, "long": self.long, "lengths": list(self.lengths_for(profile)),
+                "depths": list(self.depths), "seeds": self.seeds, "families": ["passkey", *self.families],
+                "task_depths": list(self.task_depths), "effective_threshold": self.effective_threshold,
+                "ttft_budget_ms": self.ttft_budget_ms}
 
     @property
     def key(self) -> str:
@@ -65,4 +77,5 @@ QUICK = CertifyPlan(quick=True, lengths=(1024, 2048), depths=(0.25, 0.75), seeds
 FULL = CertifyPlan(quick=False, lengths=(1024, 2048, 4096, 8192, 16384), depths=(0.1, 0.3, 0.5, 0.7, 0.9),
                    seeds=2, nll_chars=6000, prompt_tokens=1024, decode_tokens=64, rounds=4,
                    workloads=("agent-loop", "prefix-edit", "long-document", "long-decode", "branching"),
-                   control=True)
+                   control=True, families=("multikey", "multikey-text", "multivalue", "vartrack", "aggregation"))
+LONG = replace(FULL, lengths=(*FULL.lengths, 32768), long=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -35,11 +36,13 @@ from effctx_core.bench.quality import (
     PasskeyGrid,
     reference_profile,
     run_nll,
-    run_passkey_grid,
 )
+from effctx_core.bench.task_grid import TaskGrid, passkey_grid, run_task_grid
+from effctx_core.bench.tasks.families import FAMILIES
 from effctx_core.bench.workload_run import run_workload
 from effctx_core.bench.workloads import Workload, load_workload
 from effctx_core.cancel import CancelToken
+from effctx_core.certify.effective import effective_context
 from effctx_core.certify.gates import (
     Gate,
     accounting_gate,
@@ -66,6 +69,10 @@ TIMED_STAGES = ("throughput", "workload")
 
 class CellBusy(EffctxError):
     """Another process is certifying the cell."""
+
+
+class OutOfTime(EffctxError):
+    """--max-minutes passed: the certification stopped at a stage boundary."""
 
 
 class MeasurementOverlap(EffctxError):
@@ -157,7 +164,7 @@ def _passkey_grid(section: dict) -> PasskeyGrid:
     """The grid a passkey stage kept (the certificate's quality.passkey), for its gate."""
     control = section["control"]
     return PasskeyGrid(tuple(LengthResult(**row) for row in section["by_length"]),
-                       ControlResult(control["trials"], control["false_keys"], ()), ())
+                       ControlResult(control["trials"], control["false_keys"]))
 
 
 def _throughput_section(report: dict) -> dict:
@@ -191,9 +198,10 @@ class Certifier:
 
     def __init__(self, model_path: Path, store: CertificateStore, plan: CertifyPlan,
                  progress: ProgressFn = lambda m, d, t: None, cancel: CancelToken | None = None,
-                 note: NoteFn = lambda line: None, what: str = "effctx certify"):
+                 note: NoteFn = lambda line: None, what: str = "effctx certify", max_minutes: float | None = None):
         """`note` gets the one-line notes of a run (a damaged saved stage); `what` is how
-        the run is named to a second certification of the cell and to other measurements."""
+        the run is named to a second certification of the cell and to other measurements;
+        past `max_minutes` no stage starts (OutOfTime), and the finished ones are kept."""
         self.model_path = model_path
         self.store = store
         self.plan = plan
@@ -202,10 +210,11 @@ class Certifier:
         self.note = note
         self.what = what
         self._references: dict[str, NLLResult] = {}
+        self.deadline = None if max_minutes is None else time.monotonic() + max_minutes * 60
         self._others: dict[tuple[int, float, str], dict] = {}
 
     def steps(self) -> int:
-        return 3 + len(self.plan.workloads)
+        return 3 + len(self.plan.families) + len(self.plan.workloads)
 
     def _cell(self, profile: Profile) -> tuple[Hardware, ModelInfo, str]:
         hardware = this_machine()
@@ -237,24 +246,42 @@ class Certifier:
     def _certify(self, profile: Profile, hardware: Hardware, info: ModelInfo, key: str) -> Certification:
         partial = _Partial.open(self.store.root / "partial" / f"{key}.json", self.plan, profile.name, self.note)
         steps, plan = self.steps(), self.plan
-        say = lambda stage, done: self.progress(f"{profile.name}: {stage}", done, steps)
-        stage = lambda name, run: partial.stage(name, functools.partial(self._watched, profile, name, run))
-        self._others.clear()
+        def say(what: str, done: int) -> None:
+            self.progress(f"{profile.name}: {what}", done, steps)
 
+        def saying(done: int) -> Callable[[str], None]:
+            return lambda what: say(what, done)
+
+        names = ["throughput", "passkey", *(f"task:{f}" for f in plan.families), "nll",
+                 *(f"workload:{w}" for w in plan.workloads)]
+
+        def stage(name: str, run: Callable[[], Any]) -> Any:
+            if name not in partial.stages and self.deadline is not None and time.monotonic() >= self.deadline:
+                left = [n.replace(":", " ") for n in names if n not in partial.stages]
+                raise OutOfTime(f"certify {profile.name}: the time given is up; left: {', '.join(left)}; "
+                                "the same command goes on from there")
+            return partial.stage(name, functools.partial(self._watched, profile, name, run))
+
+        self._others.clear()
         say("throughput (engine, raw loop, library)", 0)
         throughput = stage("throughput", lambda: self._throughput(profile))
         say("passkey grid", 1)
-        grid = stage("passkey", lambda: self._passkey(profile))
-        say("NLL of the reference text", 2)
+        grid = stage("passkey", lambda: self._passkey(profile, saying(1)))
+        tasks = {"passkey": grid["task"]}
+        for i, family in enumerate(plan.families):
+            say(f"task {family}", 2 + i)
+            tasks[family] = stage(f"task:{family}", functools.partial(self._task, profile, family, saying(2 + i)))
+        step = 2 + len(plan.families)
+        say("NLL of the reference text", step)
         nll = stage("nll", lambda: self._nll(profile, info).to_dict())
         workloads = {}
         for i, name in enumerate(plan.workloads):
             workload = load_workload(name)
-            say(f"workload {workload.name}", 3 + i)
+            say(f"workload {workload.name}", step + 1 + i)
             workloads[workload.name] = stage(f"workload:{workload.name}",
                                              functools.partial(self._workload, profile, workload))
         self.progress(f"{profile.name}: writing the certificate", steps, steps)
-        document = self._document(profile, info, hardware, key, throughput, grid, nll, workloads)
+        document = self._document(profile, info, hardware, key, throughput, grid["passkey"], tasks, nll, workloads)
         path = self.store.save(document)
         partial.remove()
         return Certification(profile.name, document, path, tuple(partial.resumed))
@@ -291,15 +318,22 @@ class Certifier:
         return {"throughput": _throughput_section(report.to_dict()),
                 "load": {"loadavg_start": start, "loadavg_end": loadavg()}}
 
-    def _passkey(self, profile: Profile) -> dict:
+    def _grid(self, profile: Profile, family: str, depths: tuple[float, ...], say: Callable[[str], None]) -> TaskGrid:
         engine = SessionEngine(self.model_path, profile)
         try:
             engine.open()
-            grid = run_passkey_grid(engine, self.plan.lengths_for(profile), self.plan.depths, self.plan.seeds,
-                                    cancel=self.cancel)
+            return run_task_grid(engine, FAMILIES[family], self.plan.lengths_for(profile), depths, self.plan.seeds,
+                                 lambda what, done, total: say(what), self.cancel)
         finally:
             engine.close()
-        return grid.to_dict()
+
+    def _passkey(self, profile: Profile, say: Callable[[str], None]) -> dict:
+        """The passkey family, kept twice: as the passkey gate reads it and as a task."""
+        grid = self._grid(profile, "passkey", self.plan.depths, say)
+        return {"passkey": passkey_grid(grid).to_dict(), "task": grid.to_dict(self.plan.effective_threshold)}
+
+    def _task(self, profile: Profile, family: str, say: Callable[[str], None]) -> dict:
+        return self._grid(profile, family, self.plan.task_depths, say).to_dict(self.plan.effective_threshold)
 
     def _scored(self, profile: Profile, reference: NLLResult | None, chars: int) -> NLLResult:
         engine = SessionEngine(self.model_path, profile)
@@ -351,7 +385,7 @@ class Certifier:
     # ------------------------------------------------------------------ the document
 
     def _document(self, profile: Profile, info: ModelInfo, hardware: Hardware, key: str, throughput: dict,
-                  grid: dict, nll: dict, workloads: dict) -> dict:
+                  grid: dict, tasks: dict, nll: dict, workloads: dict) -> dict:
         facts = info.facts
         problems = tuple(p for w in workloads.values() for p in w["accounting"])
         turns = sum(w["workload"]["turns"] for w in workloads.values())
@@ -393,14 +427,15 @@ class Certifier:
             "hardware": asdict(hardware),
             "plan": self.plan.to_dict(profile),
             "context": {"model": facts.context_length, "memory": memory_limit(info, profile), "allocated": info.n_ctx,
-                        "certified": certified},
+                        "certified": certified,
+                        "effective": effective_context(tasks, self.plan.effective_threshold, self.plan.ttft_budget_ms)},
             "prompt_sizes": list(lengths),
             "throughput": throughput["throughput"],
             "load": {"throughput": throughput["load"], "others": list(self._others.values())},
             "accounting": {"turns": turns, "agree": not problems,
                            "detail": problems[0] if problems else f"reported = counted on all {turns} workload turns"},
             "workloads": {name: w["workload"] for name, w in workloads.items()},
-            "quality": {"passkey": grid, "nll": nll_result.to_dict()},
+            "quality": {"passkey": grid, "nll": nll_result.to_dict(), "tasks": tasks},
             "gates": [g.to_dict() for g in gates],
             "status": "certified" if failed is None else "failed",
             "failed_gate": failed.name if failed else None,

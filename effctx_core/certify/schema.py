@@ -78,9 +78,25 @@ def _passkey_problem(passkey: dict, at: str) -> str | None:
     return None
 
 
+def _task_problem(grid: dict, at: str) -> str | None:
+    """Rules between fields of a task family's grid (`quality.tasks.<family>`, found at `at`)."""
+    for i, row in enumerate(grid["by_length"]):
+        where = f"{at}by_length[{i}]"
+        for key, most in (("full", "trials"), ("needles_resident", "trials"), ("made_up", "control_trials")):
+            if row[key] > row[most]:
+                return f"{where}.{key}: {row[key]} is more than its {most} ({row[most]})"
+        if row["ci_low"] > row["ci_high"]:
+            return f"{where}.ci_low: {row['ci_low']} is above ci_high ({row['ci_high']})"
+    if grid["prefilled"] > grid["prompt_tokens"]:
+        return f"{at}prefilled: {grid['prefilled']} is more than its prompt_tokens ({grid['prompt_tokens']})"
+    return None
+
+
 def _cross_checks(doc: dict) -> str | None:
     """Rules between fields of one record, on a document that already passed the schema."""
     problem = _passkey_problem(doc["quality"]["passkey"], "quality.passkey.")
+    for family, grid in doc["quality"].get("tasks", {}).items():
+        problem = problem or _task_problem(grid, f"quality.tasks.{family}.")
     if problem is not None:
         return problem
     seen: set[str] = set()
@@ -136,18 +152,19 @@ def _stage_schemas() -> dict[str, dict]:
     return {
         "throughput": _record(throughput=_part("#/properties/throughput"),
                               load=_part("#/properties/load/properties/throughput")),
-        "passkey": _part("#/properties/quality/properties/passkey"),
+        "passkey": _record(passkey=_part("#/properties/quality/properties/passkey"), task=_part("#/$defs/task_grid")),
+        "task": _part("#/$defs/task_grid"),
         "nll": _part("#/properties/quality/properties/nll"),
         "workload": _record(workload=_part("#/$defs/workload"), accounting={"type": "array", "items": {"type": "string"}}),
     }
 
 
-STAGE_KINDS = ("throughput", "passkey", "nll", "workload")
+STAGE_KINDS = ("throughput", "passkey", "task", "nll", "workload")
 
 
 def stage_kind(name: str) -> str | None:
-    """`workload:agent-loop` -> `workload`; None for a name no stage has."""
-    kind = name.split(":", 1)[0] if name.startswith("workload:") else name
+    """`workload:agent-loop` -> `workload`, `task:multikey` -> `task`; None for a name no stage has."""
+    kind = name.split(":", 1)[0] if name.startswith(("workload:", "task:")) else name
     return kind if kind in STAGE_KINDS else None
 
 
@@ -171,5 +188,7 @@ def stage_problem(name: str, value: Any) -> str | None:
     except ValueError:
         return "a number is NaN or infinite"
     if kind == "passkey":
-        return _passkey_problem(value, "")
+        return _passkey_problem(value["passkey"], "passkey.") or _task_problem(value["task"], "task.")
+    if kind == "task":
+        return _task_problem(value, "")
     return None
