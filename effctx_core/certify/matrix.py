@@ -35,6 +35,13 @@ class MatrixRow:
         return self.certificate["context"]["certified"]
 
     @property
+    def effective(self) -> dict | None:
+        """The certificate's effective context (absent in certificates made before the task families)."""
+        if self.status != CERTIFIED or self.certificate is None:
+            return None
+        return self.certificate["context"].get("effective")
+
+    @property
     def advertised(self) -> str:
         """What the cell may be said to hold."""
         if self.status == CERTIFIED:
@@ -51,7 +58,8 @@ class MatrixRow:
         engine = doc["throughput"]["engine"]
         return {"prefill_tps": engine["prefill_tps"], "decode_tps": engine["decode_tps"],
                 "engine_raw": doc["throughput"]["engine_raw"], "certified": doc["context"]["certified"],
-                "allocated": doc["context"]["allocated"], "created": doc["created"], "plan": doc["plan"]}
+                "allocated": doc["context"]["allocated"], "effective": doc["context"].get("effective"),
+                "created": doc["created"], "plan": doc["plan"]}
 
     def to_dict(self) -> dict:
         return {**self.cell.to_dict(), "status": self.status, "advertised": self.advertised, "note": self.note,

@@ -22,6 +22,14 @@ def _yes(capability: Capability) -> str:
     return "yes" if capability.supported else "no"
 
 
+def _effective(effective: dict | None) -> tuple[str, str]:
+    """The effective context, and the longest effective lengths within the TTFT budget."""
+    if effective is None:
+        return "-", "-"
+    shown = [format_count(n) if n else "-" for n in (effective["tokens"], effective["cold"], effective["warm"])]
+    return shown[0], f"{shown[1]} / {shown[2]} (≤ {effective['ttft_budget_ms'] / 1000:g} s)"
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -34,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(matrix.to_dict(), indent=2))
         return 0
     table = Table(title=f"cells for {path.name} on this machine", title_justify="left")
-    for column in ("backend", "profile", "K/V", "policy", "shift", "exact", "status", "context",
-                   "prefill", "decode", "why"):
-        table.add_column(column, justify="right" if column in ("context", "prefill", "decode") else "left")
+    numbers = ("context", "effective", "≤ budget cold/warm", "prefill", "decode")
+    for column in ("backend", "profile", "K/V", "policy", "shift", "exact", "status", *numbers, "why"):
+        table.add_column(column, justify="right" if column in numbers else "left")
     for row in matrix.rows:
         c, p = row.cell, row.cell.profile_record
         caps = c.info.capabilities if c.info else None
@@ -45,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
                       p.residency.policy if p else "-", _yes(caps.position_shift) if caps else "-",
                       _yes(caps.exact_snapshot) if caps else "-", row.status,
                       format_count(row.certified_tokens) if row.certified_tokens else "-",
+                      *_effective(row.effective),
                       *((format_rate(figures[f"{stage}_tps"]) if figures else None) or "-" for stage in ("prefill", "decode")),
                       row.note)
     console = stdout_console()

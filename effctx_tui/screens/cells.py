@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Header, ProgressBar, Static
 
 from effctx_core.backends.registry import spec
 from effctx_core.cells import Cell
+from effctx_core.certify.effective import effective_sentence
 from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, Matrix, MatrixRow
 from effctx_core.certify.verdict import Verdict, verdicts
 from effctx_core.engine import EventSource, SwapResult
@@ -221,6 +222,8 @@ class CellsScreen(Screen):
             (f"{cell.backend} · {cell.profile} · {cell.device} · {cell.model}", "bold"),
             (f"{row.advertised}: {row.note}", standing_style(row)),
         ]
+        if row.effective is not None:
+            lines.append((effective_sentence(row.effective), "bold"))
         verdict = self.verdicts.get(cell.profile)
         if verdict is not None:
             lines.append((f"verdict: {verdict.verdict}", "bold"))
