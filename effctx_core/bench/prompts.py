@@ -16,6 +16,11 @@ PASSKEY_INTRO = (
 PASSKEY_QUESTION = "\n\nWhat is the pass key? The pass key is"
 
 
+def passkey_needle(key: str) -> str:
+    """The sentences that hide a pass key (the passkey task family says it the same way)."""
+    return f"The pass key is {key}. Remember it. {key} is the pass key."
+
+
 def filler_text(tokenize: Tokenize, n_tokens: int) -> str:
     """About n_tokens tokens of repetitive filler."""
     per = max(1, len(tokenize(FILLER_SENTENCE, False)))
@@ -36,7 +41,7 @@ def passkey_prompt(tokenize: Tokenize, n_tokens: int, depth: float, seed: int) -
     The default model found 13 of 13 keys in this wording at 0.5k-4k tokens.
     """
     key = str(random.Random(seed).randint(10000, 99999))
-    needle = f" The pass key is {key}. Remember it. {key} is the pass key. "
+    needle = f" {passkey_needle(key)} "
     overhead = len(tokenize(PASSKEY_INTRO + needle + PASSKEY_QUESTION, False))
     sentences = filler_text(tokenize, max(0, n_tokens - overhead)).split(". ")
     cut = int(len(sentences) * depth)
