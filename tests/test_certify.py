@@ -66,6 +66,24 @@ def test_the_certificate_records_the_cell_the_machine_and_the_figures(exact, def
     assert doc["accounting"] == {"turns": 5, "agree": True, "detail": "reported = counted on all 5 workload turns"}
 
 
+def test_the_certificate_records_each_task_family_and_the_effective_context_they_give(exact):
+    doc = exact.document
+    tasks = doc["quality"]["tasks"]
+    assert sorted(tasks) == ["multikey", "passkey"]
+    [passkey], [multikey] = tasks["passkey"]["by_length"], tasks["multikey"]["by_length"]
+    # one trial and one no-needle control at 512 tokens each; the passkey gate reads the same trial
+    assert (passkey["length"], passkey["trials"], passkey["control_trials"]) == (512, 1, 1)
+    assert (multikey["length"], multikey["trials"], multikey["control_trials"]) == (512, 1, 1)
+    assert doc["quality"]["passkey"]["by_length"][0]["found"] == passkey["full"]
+    effective = doc["context"]["effective"]
+    mean = (passkey["score"] + multikey["score"]) / 2
+    assert effective["by_length"][0]["score"] == round(mean, 4)
+    assert effective["tokens"] == (512 if mean >= 0.8 else None)
+    assert (effective["threshold"], effective["ttft_budget_ms"]) == (0.8, 10_000.0)
+    # the haystack before the needle was prefilled once for the trial and its control
+    assert tasks["multikey"]["prefilled"] < tasks["multikey"]["prompt_tokens"]
+
+
 def test_the_certificate_records_the_load_its_throughput_stage_ran_under(exact):
     load = exact.document["load"]
     assert [len(load["throughput"][k]) for k in ("loadavg_start", "loadavg_end")] == [3, 3]
@@ -119,7 +137,7 @@ def test_a_stopped_certification_resumes_from_the_stages_it_finished(default_mod
         Certifier(default_model, store, plan, stop_at_nll).certify(load_profile("exact"))
     assert len(list((tmp_path / "partial").iterdir())) == 1
     resumed = Certifier(default_model, store, plan).certify(load_profile("exact"))
-    assert resumed.resumed == ("passkey", "throughput")
+    assert resumed.resumed == ("passkey", "task:multikey", "throughput")
     assert not list((tmp_path / "partial").iterdir())
 
 
@@ -138,10 +156,10 @@ def test_every_stage_a_certification_saves_passes_the_stage_check_and_is_resumed
     [partial] = (tmp_path / "certificates" / "partial").glob("*.json")
     stages = json.loads(partial.read_text())["stages"]
     assert {name: stage_problem(name, value) for name, value in stages.items()} == {
-        "throughput": None, "passkey": None, "nll": None, "workload:small": None}
+        "throughput": None, "passkey": None, "task:multikey": None, "nll": None, "workload:small": None}
     notes: list[str] = []
     resumed = Certifier(model, store, plan, note=notes.append).certify(profile)
-    assert (resumed.resumed, notes) == (("nll", "passkey", "throughput", "workload:small"), [])
+    assert (resumed.resumed, notes) == (("nll", "passkey", "task:multikey", "throughput", "workload:small"), [])
 
 
 @pytest.mark.model

@@ -44,7 +44,7 @@ class NeedleFamily:
         shift = len(self.intro)
         needles = tuple((start + shift, end + shift) for start, end in spans[: len(hidden.needles)])
         text = self.intro + body + hidden.question
-        return TaskPrompt(self.name, length, depth, seed, text, needles, hidden.answers, self.shape)
+        return TaskPrompt(self.name, length, depth, seed, text, needles, hidden.answers, self.shape, hidden.question)
 
     def control(self, tokenize: Tokenize, length: int, seed: int) -> TaskPrompt | None:
         """The haystack up to the question, which asks for a value nowhere in it. Its depth
@@ -54,7 +54,8 @@ class NeedleFamily:
             return None
         hidden = self.hide(trial_rng(f"{self.name}/control", length, 1.0, seed))
         body, _ = place(self._haystack(tokenize, length, needled=False), (), ())
-        return TaskPrompt(self.name, length, 1.0, seed, self.intro + body + hidden.question, (), (), self.shape)
+        return TaskPrompt(self.name, length, 1.0, seed, self.intro + body + hidden.question, (), (), self.shape,
+                          hidden.question)
 
     def _haystack(self, tokenize: Tokenize, length: int, needled: bool) -> Haystack:
         """What is left of `length` for the haystack. The budget counts a reference trial's
