@@ -37,6 +37,7 @@ SPACING_S = 0.1
 # One repeat of the sentence is 5 tokens with Gemma 3's tokenizer, plus 6 for the
 # chat template (measured: 500 repeats prefill 2506 tokens).
 SENTENCE = "The grass is green. "
+PROMPT_ROOM = 64  # tokens a full context keeps free of the prompt: the template's and the reply's
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -81,7 +82,10 @@ async def _measure(prompt_tokens: int, api_traffic: bool) -> dict:
     from effctx_core.backends.profile_loader import load_profile
     from effctx_tui.app import EffctxApp
 
-    profile = load_profile(None).with_changes(n_ctx=max(10240, prompt_tokens + 2048))
+    profile = load_profile(None)
+    profile = profile.with_changes(n_ctx=context_for(profile, prompt_tokens))
+    # The prompt leaves room for the chat template's tokens and the one-token reply.
+    prompt_tokens = min(prompt_tokens, profile.n_ctx - PROMPT_ROOM)
     if api_traffic:
         app, base_url = _serving_console(profile)
     else:
@@ -152,6 +156,16 @@ async def _measure(prompt_tokens: int, api_traffic: bool) -> dict:
         "n_ctx": profile.n_ctx,
         "threads": profile.n_threads,
     }
+
+
+def context_for(profile: Profile, prompt_tokens: int) -> int:
+    """Room for the prompt and more, within what the model was trained for (32,768 on
+    the default model): a 32k prompt then fills the context."""
+    from effctx_core.backends.registry import get_backend
+    from effctx_core.models import resolve_model
+
+    trained = get_backend(profile.backend).describe(resolve_model(profile.model), profile).facts.context_length
+    return min(trained, max(10240, prompt_tokens + 2048))
 
 
 def run_keys_benchmark(prompt_tokens: int = 8192, api_traffic: bool = False) -> dict:
