@@ -12,6 +12,8 @@ from effctx_core.engine import SessionEngine
 from effctx_core.events.reader import read_trace
 from effctx_core.events.replay import ReplayEngine, ReplayError
 from effctx_core.residency.config import ResidencyConfig
+from effctx_core.snapshots.conversations import conversations
+from tests.helpers.api_traffic import record_traffic
 from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 STREAMING = load_profile("streaming").with_changes(
@@ -173,3 +175,25 @@ def test_a_swap_that_did_not_record_the_new_cells_residency_replays_it_as_unknow
     old = strip_fields(path, "swap", RECORDED_RESIDENCY)
     report = play(old).residency_report()
     assert (report.policy, report.source, report.n_tokens) == ("unknown", "unknown", live.n_tokens)
+
+
+@pytest.fixture(scope="module")
+def api_traffic(tmp_path_factory):
+    """The trace of a real endpoint's traffic (api_traffic.send_traffic): five requests of
+    one conversation, then one of a second."""
+    return record_traffic(tmp_path_factory.mktemp("api-traffic"))
+
+
+@pytest.mark.model
+def test_a_replay_of_endpoint_traffic_groups_its_requests_by_conversation(api_traffic):
+    tree = play(read_trace(api_traffic)).tree
+    assert [(c.id, c.nodes) for c in conversations(tree)] == [("c1", ("n1", "n2", "n3", "n4", "n5")),
+                                                              ("c2", ("n6",))]
+
+
+@pytest.mark.model
+def test_a_trace_whose_nodes_did_not_record_their_conversation_replays_without_conversations(api_traffic, tmp_path):
+    path = tmp_path / "old.jsonl"
+    path.write_text(api_traffic.read_text())
+    tree = play(strip_fields(path, "node", ("conversation",))).tree
+    assert len(tree) == 7 and conversations(tree) == []

@@ -217,8 +217,10 @@ class ReplayEngine:
         parent = self._node_ids.get(event.parent, self._node_ids[""])  # "" is the root
         own = max(0, event.tokens - self.tree.tape_length(parent))
         said = TurnText(self._input, self._reply)
+        # A request's node says its conversation where the live one did, in its metrics.
+        metrics = {"conversation": event.conversation} if event.conversation else None
         node = self.tree.add(parent, (0,) * own, "turn", self._opened.identity, label=said.label, turn=said,
-                             created=self._opened.started + event.t_ms / 1000)
+                             metrics=metrics, created=self._opened.started + event.t_ms / 1000)
         self._node_ids[event.node] = node.id
 
     def _resize(self, n: int) -> None:

@@ -218,6 +218,9 @@ class NodeAdded(Event):
     tokens: int
     blob: str
     message: str
+    # The endpoint's conversation the node's request belongs to, so a replay can group the
+    # requests as the live tree did ("" for a console node, and in traces written before).
+    conversation: str = ""
 
 
 @dataclass(frozen=True)

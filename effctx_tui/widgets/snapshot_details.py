@@ -14,10 +14,12 @@ from effctx_core.units import format_count, format_counted, turn_speeds
 from effctx_tui.themes import MUTED
 from effctx_tui.widgets.snapshot_tree import restore_summary, state_size
 
+COUNTS = ("reused", "prefilled", "generated")  # what every measured turn records
+
 
 def turn_figures(m: Mapping[str, float]) -> list[str]:
     """A node's turn metrics (engine/turns.py writes them), only those that were measured."""
-    counts = [f"{name} {format_count(m.get(name, 0))}" for name in ("reused", "prefilled", "generated")]
+    counts = [f"{name} {format_count(m.get(name, 0))}" for name in COUNTS]
     speeds = turn_speeds(int(m.get("generated", 0)), m.get("ttft_ms"), m.get("prefill_tps", 0), m.get("decode_tps", 0))
     return counts + [f"{name} {figure}" for name, figure in speeds]
 
@@ -41,7 +43,9 @@ def node_details(tree: SnapshotTree, node_id: str, restore: NodeRestore | None,
         text = text.append_text(f" · state {state_size(node)}" if gone is None
                                 else f" · saved state {gone} (a restore recomputes it)")
         text = text.append_text(f" · blob {node.blob[:10]}", MUTED)
-    if node.metrics:
+    # Metrics without a count measured no turn: a mark's, or a replayed request's (its
+    # conversation only: a trace's node event carries no figures).
+    if node.metrics and any(name in node.metrics for name in COUNTS):
         text = text.append_text("\n" + " · ".join(turn_figures(node.metrics)))
     if restore is not None:
         text = text.append_text(f"\nlast restore: {restore_summary(restore)} ")

@@ -347,6 +347,11 @@ def test_a_node_shows_its_turn_figures_in_units_and_only_those_measured():
         "tape 9 tokens: 8 shared with n1, 1 own · no saved state (a restore recomputes it)",
         "reused 1,200 · prefilled 1 · generated 0",
     ]
+    # a replayed request: the trace gave its conversation and no figures, so none are shown
+    replayed = tree.add("n1", (10,), "turn", IDENTITY, metrics={"conversation": "c1"})
+    assert node_details(tree, replayed.id, None).plain.splitlines()[1:] == [
+        "tape 9 tokens: 8 shared with n1, 1 own · no saved state (a restore recomputes it)",
+    ]
 
 
 LONG = "What is two plus two, and how would you explain the answer to a child of five?"
