@@ -192,8 +192,19 @@ def test_a_replay_of_endpoint_traffic_groups_its_requests_by_conversation(api_tr
 
 
 @pytest.mark.model
-def test_a_trace_whose_nodes_did_not_record_their_conversation_replays_without_conversations(api_traffic, tmp_path):
+def test_a_replay_names_the_nodes_as_the_live_tree_did(api_traffic):
+    tree = play(read_trace(api_traffic)).tree
+    assert [n.label for n in tree] == [
+        "start", "c1 · user: Plan a trip to Rome", "c1 · user: And Paris?", "c1 · user: And Rome again?",
+        "c1 · user: Which day is it?", "c1 · user: Weather there?", "c2 · user: Fix the loop"]
+
+
+@pytest.mark.model
+def test_an_older_trace_replays_its_nodes_named_by_their_input_and_without_conversations(api_traffic, tmp_path):
+    """A trace written before the node events recorded their conversation and label."""
     path = tmp_path / "old.jsonl"
     path.write_text(api_traffic.read_text())
-    tree = play(strip_fields(path, "node", ("conversation",))).tree
-    assert len(tree) == 7 and conversations(tree) == []
+    tree = play(strip_fields(path, "node", ("conversation", "label"))).tree
+    assert [n.label for n in tree] == ["start", "Plan a trip to Rome", "And Paris?", "And Rome again?",
+                                       "Which day is it?", "Weather there?", "Fix the loop"]
+    assert conversations(tree) == []

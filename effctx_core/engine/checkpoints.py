@@ -84,7 +84,7 @@ class Checkpointer:
             residency={**tracker.report().to_dict(), "segments": segments_to_json(tracker.segments_from())}, metrics={**metrics, "bytes": state_bytes}, blob=blob, turn=turn,
         )
         state.bus.emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(tape), blob=blob or "",
-                       message=message or "", conversation=metrics.get("conversation", ""))
+                       message=message or "", conversation=metrics.get("conversation", ""), label=label)
 
     def save_session(self, name: str) -> Path:
         """Save the tree as a named session; the store keeps every state it references.

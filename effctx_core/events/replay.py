@@ -219,8 +219,8 @@ class ReplayEngine:
         said = TurnText(self._input, self._reply)
         # A request's node says its conversation where the live one did, in its metrics.
         metrics = {"conversation": event.conversation} if event.conversation else None
-        node = self.tree.add(parent, (0,) * own, "turn", self._opened.identity, label=said.label, turn=said,
-                             metrics=metrics, created=self._opened.started + event.t_ms / 1000)
+        node = self.tree.add(parent, (0,) * own, "turn", self._opened.identity, label=event.label or said.label,
+                             turn=said, metrics=metrics, created=self._opened.started + event.t_ms / 1000)
         self._node_ids[event.node] = node.id
 
     def _resize(self, n: int) -> None:

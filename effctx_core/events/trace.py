@@ -221,6 +221,10 @@ class NodeAdded(Event):
     # The endpoint's conversation the node's request belongs to, so a replay can group the
     # requests as the live tree did ("" for a console node, and in traces written before).
     conversation: str = ""
+    # Its label, so a replay names it as the live tree did: a request's node by its
+    # conversation ("c2 · user: …"), which names the conversation ("" in traces written
+    # before: a replay names the node by its turn's input).
+    label: str = ""
 
 
 @dataclass(frozen=True)
