@@ -3,7 +3,7 @@ node's tape shares with a prompt."""
 
 from __future__ import annotations
 
-from effctx_core.snapshots.conversations import conversations, with_ancestors
+from effctx_core.snapshots.conversations import conversation_label, conversations, with_ancestors
 from effctx_core.snapshots.tree import SnapshotTree, TurnText
 
 DIGEST = "0" * 64
@@ -12,20 +12,36 @@ DIGEST = "0" * 64
 def tree_of_two_conversations() -> SnapshotTree:
     tree = SnapshotTree()
     root = tree.add(None, (), "root", DIGEST, created=0.0)
-    a1 = tree.add(root.id, (1, 2), "turn", DIGEST, metrics={"conversation": "c1"}, turn=TurnText("Plan Rome", "ok"),
-                  created=1.0)
-    tree.add(root.id, (7, 8), "turn", DIGEST, metrics={"conversation": "c2"}, turn=TurnText("Fix the loop", "ok"),
-             created=2.0)
-    tree.add(a1.id, (3,), "turn", DIGEST, metrics={"conversation": "c1"}, turn=TurnText("And Paris", "ok"),
-             created=3.0)
-    tree.add(root.id, (9,), "manual", DIGEST, created=4.0)  # a console node: no conversation
+    # labelled as the endpoint labels a request's node (api/serving.py)
+    a1 = tree.add(root.id, (1, 2), "turn", DIGEST, "c1 · user: Plan Rome", metrics={"conversation": "c1"},
+                  turn=TurnText("Plan Rome", "ok"), created=1.0)
+    tree.add(root.id, (7, 8), "turn", DIGEST, "c2 · user: Fix the loop", metrics={"conversation": "c2"},
+             turn=TurnText("Fix the loop", "ok"), created=2.0)
+    tree.add(a1.id, (3,), "turn", DIGEST, "c1 · user: And Paris", metrics={"conversation": "c1"},
+             turn=TurnText("And Paris", "ok"), created=3.0)
+    tree.add(root.id, (9,), "manual", DIGEST, "mark", created=4.0)  # a console node: no conversation
     return tree
 
 
 def test_conversations_are_named_by_their_first_request_and_hold_their_nodes_in_order():
     found = conversations(tree_of_two_conversations())
-    assert [(c.id, c.name, c.nodes) for c in found] == [("c1", "Plan Rome", ("n1", "n3")),
-                                                        ("c2", "Fix the loop", ("n2",))]
+    assert [(c.id, c.name, c.nodes) for c in found] == [("c1", "user: Plan Rome", ("n1", "n3")),
+                                                        ("c2", "user: Fix the loop", ("n2",))]
+
+
+def test_renaming_a_conversations_first_node_renames_the_conversation():
+    tree = tree_of_two_conversations()
+    tree.rename("n1", conversation_label("c1", "Rome trip"))
+    tree.rename("n3", "c1 · not the first node")
+    assert [c.name for c in conversations(tree)] == ["Rome trip", "user: Fix the loop"]
+    assert tree.node("n1").label == "c1 · Rome trip"
+
+
+def test_a_first_node_renamed_without_its_conversation_names_it_whole():
+    tree = tree_of_two_conversations()
+    tree.rename("n2", "bug hunt")
+    tree.rename("n1", "c2 · another conversation's")
+    assert [c.name for c in conversations(tree)] == ["c2 · another conversation's", "bug hunt"]
 
 
 def test_a_conversation_is_drawn_with_the_nodes_above_it():

@@ -54,6 +54,7 @@ from effctx_core.errors import ContextOverflowError, EffctxError
 from effctx_core.events.trace import TurnResult
 from effctx_core.residency import Segment
 from effctx_core.residency.tracker import SegmentRun
+from effctx_core.snapshots.conversations import conversation_label
 from effctx_core.snapshots.tree import Node
 
 # The markers a reply opens a tool call with, per format: text from one on is held back
@@ -252,8 +253,7 @@ def serve_chat(engine: SessionEngine, token: CancelToken, req: ChatCompletionReq
     label = _node_label(messages)
     config = _decode_config(req, req.reply_limit, engine.n_ctx, grammar, logprobs)
     result = _run(engine, replace(built.request, request=rid), config,
-                  # The node is named by its conversation too: each conversation reads as a branch.
-                  TurnExtras(built.request.runs, stream.token, f"{conversation} · {label}", node_metrics))
+                  TurnExtras(built.request.runs, stream.token, conversation_label(conversation, label), node_metrics))
     reply = parsed[0] if parsed else ParsedReply(result.turn.text, ())
     if not reply.calls:
         stream.finish(reply.content)

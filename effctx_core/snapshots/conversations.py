@@ -1,5 +1,9 @@
 """The endpoint's conversations in a snapshot tree: each request's node records its
-conversation (node metrics), so a conversation is the set of its requests' nodes."""
+conversation (node metrics), so a conversation is the set of its requests' nodes.
+
+A conversation's name is its first node's label after the "c2 · " the endpoint puts
+before it: renaming that node renames the conversation, and the name is kept where the
+tree is (a saved session, a trace's node events)."""
 
 from __future__ import annotations
 
@@ -11,8 +15,21 @@ from effctx_core.snapshots.tree import SnapshotTree
 @dataclass(frozen=True)
 class Conversation:
     id: str  # the endpoint's name for it: c1, c2…
-    name: str  # what its first request said
+    name: str  # its first node's label (conversation_name)
     nodes: tuple[str, ...]  # its requests' nodes, oldest first
+
+
+def conversation_label(cid: str, text: str) -> str:
+    """The label of a node of conversation `cid`: the conversation first, so that each
+    reads as a branch of the tree, then `text` (on its first node, the conversation's name)."""
+    return f"{cid} · {text}"
+
+
+def conversation_name(cid: str, label: str) -> str:
+    """What a label of conversation `cid`'s first node names it: the label after the
+    conversation, or all of it when a rename left the conversation out."""
+    start = conversation_label(cid, "")
+    return label[len(start):] if label.startswith(start) else label
 
 
 def conversations(tree: SnapshotTree) -> list[Conversation]:
@@ -25,7 +42,7 @@ def conversations(tree: SnapshotTree) -> list[Conversation]:
             continue
         if cid not in found:
             found[cid] = []
-            names[cid] = node.turn.label if node.turn is not None else node.label
+            names[cid] = conversation_name(cid, node.label)
         found[cid].append(node.id)
     return [Conversation(cid, names[cid], tuple(ids)) for cid, ids in found.items()]
 

@@ -27,19 +27,21 @@ DIALOG_CSS = """
 
 
 class RenameDialog(ModalScreen[str | None]):
-    """Enter gives the new label (stripped); Escape gives None."""
+    """Enter gives the new label (stripped); Escape gives None. It asks for a new label for
+    a node, or for a new `noun` (a name) for something else (a conversation)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", tooltip="Keep the label as it is")]
     DEFAULT_CSS = DIALOG_CSS.replace("{name}", "RenameDialog")
 
-    def __init__(self, node_id: str, label: str) -> None:
+    def __init__(self, what: str, label: str, noun: str = "label") -> None:
         super().__init__()
-        self._node_id = node_id
+        self._what = what
         self._label = label
+        self._noun = noun
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(f"New label for {self._node_id} (Enter saves, Escape cancels)")
+            yield Label(f"New {self._noun} for {self._what} (Enter saves, Escape cancels)")
             yield Input(self._label, id="label")
 
     @on(Input.Submitted, "#label")

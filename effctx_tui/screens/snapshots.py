@@ -27,7 +27,7 @@ from textual.widgets import Header, Static, Tree
 from effctx_core.engine import EventSource, NodeRestore
 from effctx_core.events.subscribers import Unsubscribe
 from effctx_core.events.trace import NodeAdded, NodeRestored, PrefillChunk
-from effctx_core.snapshots.conversations import Conversation, conversations, with_ancestors
+from effctx_core.snapshots.conversations import Conversation, conversation_label, conversations, with_ancestors
 from effctx_core.snapshots.tree import SnapshotTree
 from effctx_core.units import format_counted
 from effctx_tui.messages import EngineEvent, post_events
@@ -70,6 +70,8 @@ class SnapshotsScreen(Screen[str | None]):
         Binding("D,x", "diff", "Diff with mark", key_display="D", tooltip="Compare the selected node with the marked one"),
         Binding("v", "conversation", "Conversation",
                 tooltip="Only one of the endpoint's conversations: the next at each press, then all again"),
+        Binding("n", "name_conversation", "Name conversation",
+                tooltip="Give the conversation shown a name: its first request's node is renamed"),
         Binding("escape", "back", "Back", tooltip="Back to the session"),
     ]
 
@@ -195,7 +197,11 @@ class SnapshotsScreen(Screen[str | None]):
         """Show the tree as it is now."""
         if self.marked is not None and self.marked not in self.snapshot_tree:
             self.marked = None
-        self.refresh_bindings()  # Diff comes and goes with the mark
+        if self.conversation is not None:
+            # Read again: a rename names it anew, a request adds a node, a delete may end it.
+            cid = self.conversation.id
+            self.conversation = next((c for c in conversations(self.snapshot_tree) if c.id == cid), None)
+        self.refresh_bindings()  # Diff comes and goes with the mark, Name conversation with the one shown
         shown = self.conversation
         self.query_one(SnapshotTreeView).show(
             self.snapshot_tree, restores=self.restores, marked=self.marked, restoring=self.restoring,
@@ -238,6 +244,8 @@ class SnapshotsScreen(Screen[str | None]):
             return self.marked is not None
         if action == "conversation":
             return bool(conversations(self.snapshot_tree))  # the endpoint's requests made some
+        if action == "name_conversation":
+            return self.conversation is not None
         return True
 
     def _describe(self, node_id: str) -> str:
@@ -337,6 +345,22 @@ class SnapshotsScreen(Screen[str | None]):
                 self.refresh_tree()
 
         self.app.push_screen(RenameDialog(node_id, self.snapshot_tree.node(node_id).label), rename)
+
+    def action_name_conversation(self) -> None:
+        """The conversation's name is its first node's label (snapshots/conversations.py):
+        renaming that node names it, and the name is kept with the tree."""
+        shown = self.conversation
+        if shown is None:
+            return
+        first = shown.nodes[0]
+
+        def name(new: str | None) -> None:
+            if new and first in self.snapshot_tree:  # an empty name keeps the one it has
+                self.snapshot_tree.rename(first, conversation_label(shown.id, new))
+                self.status_message = f"named conversation {shown.id}"
+                self.refresh_tree()
+
+        self.app.push_screen(RenameDialog(f"conversation {shown.id}", shown.name, noun="name"), name)
 
     def action_delete(self) -> None:
         node_id = self.selected

@@ -1,6 +1,6 @@
 """The requests screen and the request inspector, driven only by events: a real endpoint's
 trace played in the console (`--replay`), and hand-made events for the live states and
-for ten thousand requests."""
+for ten thousand requests; and the snapshots screen's conversations in that replay."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ from effctx_tui.app import EffctxApp
 from effctx_tui.console import ConsoleApp
 from effctx_tui.screens.request_inspector import RequestInspector, changed_span
 from effctx_tui.screens.requests import RequestsScreen
+from effctx_tui.screens.snapshots import SnapshotsScreen
 from effctx_tui.widgets.request_table import COLUMNS, FLEX, GAP, RequestTable
+from effctx_tui.widgets.snapshot_tree import SnapshotTreeView
 from tests.helpers.api_traffic import STARTED, pinned, record_traffic
 from tests.helpers.pilot_wait import wait_for
 
@@ -216,6 +218,25 @@ async def test_escape_closes_the_inspector(api_trace):
         await inspect(pilot, FIRST)
         await pilot.press("escape")
         assert isinstance(app.screen, RequestsScreen)
+
+
+@pytest.mark.model
+async def test_the_replays_snapshot_tree_shows_each_conversation_by_its_name_and_n_renames_it(api_trace):
+    app = EffctxApp(replay=api_trace, replay_speed=64)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.player.done, seconds=30)
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: isinstance(app.screen, SnapshotsScreen), seconds=5)
+        screen = app.screen
+        status = screen.query_one("#snapshots-status", Static)
+        await pilot.press("v")
+        assert set(screen.query_one(SnapshotTreeView)._views) == {"n0", "n1", "n2", "n3", "n4", "n5"}
+        assert str(status.render()) == \
+            "7 nodes · conversation c1 'user: Plan a trip to Rome': 5 requests · at n6 'c2 · user: Fix the loop'"
+        await pilot.press("v", "n", "ctrl+u", *"Bug hunt", "enter")
+        assert set(screen.query_one(SnapshotTreeView)._views) == {"n0", "n6"}
+        assert str(status.render()) == \
+            "7 nodes · conversation c2 'Bug hunt': 1 request · at n6 'c2 · Bug hunt'\nnamed conversation c2"
 
 
 @pytest.mark.model

@@ -25,7 +25,7 @@ from effctx_tui.widgets.snapshot_tree import SnapshotTreeView, state_size
 from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
 from tests.helpers.pilot_wait import wait_for
-from tests.helpers.snapshot_fixtures import IDENTITY, SnapshotsApp, fake_detokenize, fixed_tree
+from tests.helpers.snapshot_fixtures import IDENTITY, T0, SnapshotsApp, fake_detokenize, fixed_tree
 
 HELLO, TWO_PLUS_TWO, JOKE = "Hello", "What is two plus two?", "Tell me a joke"
 
@@ -253,6 +253,63 @@ async def test_without_an_engine_the_screen_shows_and_compares_but_does_not_rest
         await pilot.press("down", "down", "x")  # compare n2 with n4
         await wait_for(pilot, lambda: isinstance(app.screen, DiffScreen))
         assert app.screen.report.diff.common_prefix == 11
+
+
+def two_conversations() -> SnapshotTree:
+    """The endpoint's requests as their nodes are labelled (api/serving.py): c1 two, c2 one."""
+    tree = SnapshotTree()
+    root = tree.add(None, (), "root", IDENTITY, label="start", created=T0)
+    first = tree.add(root.id, (1, 2), "turn", IDENTITY, label="c1 · user: Plan Rome", metrics={"conversation": "c1"},
+                     created=T0 + 1)
+    tree.add(root.id, (7,), "turn", IDENTITY, label="c2 · user: Fix the loop", metrics={"conversation": "c2"},
+             created=T0 + 2)
+    tree.add(first.id, (3,), "turn", IDENTITY, label="c1 · user: And Paris?", metrics={"conversation": "c1"},
+             created=T0 + 3)
+    return tree
+
+
+async def test_n_names_the_conversation_shown_by_renaming_its_first_node():
+    app = SnapshotsApp(two_conversations())
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.screen_under_test
+        await pilot.press("n")  # the whole tree is shown: no conversation to name
+        assert app.screen is screen
+        assert footer(app) == ["Rename", "Delete", "Mark", "Conversation", "Back"]
+        await pilot.press("v")
+        assert footer(app) == ["Rename", "Delete", "Mark", "Conversation", "Name conversation", "Back"]
+        await pilot.press("n")
+        assert isinstance(app.screen, RenameDialog)
+        assert str(app.screen.query_one(Label).render()) == \
+            "New name for conversation c1 (Enter saves, Escape cancels)"
+        assert app.screen.query_one(Input).value == "user: Plan Rome"
+        await pilot.press("ctrl+u", *"Rome trip", "enter")
+        assert app.screen is screen
+        assert app.snapshot_tree.node("n1").label == "c1 · Rome trip"
+        assert tree_lines(screen)[1] == "  c1 · Rome trip  turn · 2 tokens · no state · 0 shared"
+        assert status_bar(screen) == \
+            "4 nodes · conversation c1 'Rome trip': 2 requests · at n3 'c1 · user: And Paris?'\nnamed conversation c1"
+
+
+async def test_escape_or_an_empty_name_keeps_the_conversations_name():
+    app = SnapshotsApp(two_conversations())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("v", "v", "n", "ctrl+u", *"Bug hunt", "escape")  # c2
+        await pilot.press("n", "ctrl+u", "enter")
+        assert app.snapshot_tree.node("n2").label == "c2 · user: Fix the loop"
+        assert status_bar(app.screen_under_test).startswith("4 nodes · conversation c2 'user: Fix the loop': 1 request")
+
+
+async def test_renaming_a_conversations_first_node_renames_the_conversation_shown():
+    app = SnapshotsApp(two_conversations())
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.screen_under_test
+        await pilot.press("v")
+        screen.query_one(SnapshotTreeView).select_id("n1")
+        await pilot.press("r")
+        app.screen.query_one(Input).value = "c1 · Rome trip"  # typed: the middle dot is no key
+        await pilot.press("enter")
+        assert screen.conversation is not None and screen.conversation.name == "Rome trip"
+        assert status_bar(screen).startswith("4 nodes · conversation c1 'Rome trip': 2 requests")
 
 
 async def test_the_keys_are_also_commands_in_the_palette():
