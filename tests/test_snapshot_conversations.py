@@ -1,10 +1,11 @@
-"""The endpoint's conversations read from a snapshot tree's node metrics, and what each
-node's tape shares with a prompt."""
+"""The endpoint's conversations read from a snapshot tree's node metrics and named by
+their first node's label, and what each node's tape shares with a prompt."""
 
 from __future__ import annotations
 
 from effctx_core.snapshots.conversations import conversation_label, conversations, with_ancestors
 from effctx_core.snapshots.tree import SnapshotTree, TurnText
+from effctx_core.snapshots.tree_file import load_tree, save_tree
 
 DIGEST = "0" * 64
 
@@ -35,6 +36,13 @@ def test_renaming_a_conversations_first_node_renames_the_conversation():
     tree.rename("n3", "c1 · not the first node")
     assert [c.name for c in conversations(tree)] == ["Rome trip", "user: Fix the loop"]
     assert tree.node("n1").label == "c1 · Rome trip"
+
+
+def test_a_conversations_name_is_kept_with_the_saved_tree(tmp_path):
+    tree = tree_of_two_conversations()
+    tree.rename("n1", conversation_label("c1", "Rome trip"))
+    save_tree(tree, "trips", tmp_path)
+    assert [c.name for c in conversations(load_tree("trips", tmp_path))] == ["Rome trip", "user: Fix the loop"]
 
 
 def test_a_first_node_renamed_without_its_conversation_names_it_whole():

@@ -2,8 +2,8 @@
 conversation (node metrics), so a conversation is the set of its requests' nodes.
 
 A conversation's name is its first node's label after the "c2 · " the endpoint puts
-before it: renaming that node renames the conversation, and the name is kept where the
-tree is (a saved session, a trace's node events)."""
+before it: renaming that node renames the conversation, and the name is saved with the
+tree as the label is."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from effctx_core.snapshots.tree import SnapshotTree
 @dataclass(frozen=True)
 class Conversation:
     id: str  # the endpoint's name for it: c1, c2…
-    name: str  # its first node's label (conversation_name)
+    name: str  # its first node's label after the conversation (conversation_name)
     nodes: tuple[str, ...]  # its requests' nodes, oldest first
 
 
