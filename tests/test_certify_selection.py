@@ -71,9 +71,10 @@ def test_a_cell_with_a_step_function_in_certified_context_and_ttft_is_kept_with_
     assert found["exact"].verdict == "baseline"
     fast = found["fast-long"]
     assert fast.verdict == "keep"
-    assert fast.evidence[:4] == (
+    assert fast.evidence[:5] == (
         "keep: a step function in TTFT, certified context",
         "TTFT 300 ms against 750 ms on agent-loop: 2.50x lower (keep at >= 2.0x)",
+        "TTFT at length: a certificate without task families (certify with the full plan)",
         "certified context 16,000 against 2,048 tokens: 7.81x (keep at >= 1.5x)",
         "decode 41.0 tok/s against 40.0 tok/s: 1.02x (keep at >= 1.3x)",
     )
@@ -112,3 +113,33 @@ def test_an_uncertified_cell_gets_no_verdict_and_says_why():
 def test_verdicts_need_a_certified_baseline():
     with pytest.raises(SelectionError, match=r"the baseline cell 'exact' is not certified on this machine"):
         verdicts(Matrix((row("exact", UNCERTIFIED), row("q8", doc=Q8)), ()))
+
+
+def at_length(doc: dict, *rows: tuple[int, float, float]) -> dict:
+    """The certificate with an effective context measured at (length, score, cold TTFT ms)."""
+    by_length = [{"length": n, "score": score, "cold_ttft_ms": cold, "warm_ttft_ms": None} for n, score, cold in rows]
+    doc = {**doc, "context": {**doc["context"], "effective": {
+        "threshold": 0.8, "tokens": rows[-1][0], "ttft_budget_ms": 10_000.0, "cold": None, "warm": None,
+        "by_length": by_length}}}
+    check_document(doc)
+    return doc
+
+
+def test_a_cell_with_half_the_cold_ttft_at_16k_and_the_same_task_score_is_kept_for_it():
+    base = at_length(EXACT, (8192, 0.9, 30_000.0), (16384, 0.85, 80_000.0))
+    fast = at_length(Q8, (8192, 0.9, 14_000.0), (16384, 0.82, 38_000.0), (32768, 0.7, 90_000.0))
+    found = {v.profile: v for v in verdicts(Matrix((row("exact", doc=base), row("q8", doc=fast)), ()))}
+    assert found["q8"].verdict == "keep"
+    assert found["q8"].evidence[:3] == (
+        "keep: a step function in TTFT at length",
+        "TTFT 675 ms against 750 ms on agent-loop: 1.11x lower (keep at >= 2.0x)",
+        "cold TTFT at 16,384 tokens 38.0 s against 80.0 s: 2.11x lower, task score 0.82 against 0.85 "
+        "(keep at >= 2.0x)")
+
+
+def test_a_faster_cell_at_length_with_a_lower_task_score_is_not_kept_for_it():
+    base = at_length(EXACT, (16384, 0.9, 80_000.0))
+    fast = at_length(Q8, (16384, 0.5, 20_000.0))
+    found = {v.profile: v for v in verdicts(Matrix((row("exact", doc=base), row("q8", doc=fast)), ()))}
+    assert found["q8"].verdict == "drop"
+    assert found["q8"].evidence[2] == ("TTFT at 16,384 tokens: task score 0.50 against 0.90, not the same quality")

@@ -56,11 +56,14 @@ def reseal(path: Path, doc: dict) -> None:
 
 # Fields added after schema version 1 shipped, optional so that certificates stored before
 # them stay valid: where a cell's model and cache lived, and what its states cost (RPC);
-# the machine's load while the cell was measured.
-ADDED_LATER = {"/properties/cell": {"placement", "state_costs"}, "": {"load"}}
+# the machine's load while the cell was measured; the task families, the effective
+# context and the plan's settings for them.
+ADDED_LATER = {"/properties/cell": {"placement", "state_costs"}, "": {"load"}, "/properties/quality": {"tasks"},
+               "/properties/context": {"effective"},
+               "/properties/plan": {"long", "families", "task_depths", "effective_threshold", "ttft_budget_ms"}}
 
 
-def test_the_schema_is_valid_draft_2020_12_and_closed_at_every_object_level_but_the_workload_map():
+def test_the_schema_is_valid_draft_2020_12_and_closed_at_every_object_level_but_the_workload_and_task_maps():
     schema = certificate_schema()
     Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
@@ -82,7 +85,7 @@ def test_the_schema_is_valid_draft_2020_12_and_closed_at_every_object_level_but_
                 walk(value, f"{where}/{i}")
 
     walk(schema, "")
-    assert open_maps == ["/properties/workloads"]
+    assert open_maps == ["/properties/workloads", "/properties/quality/properties/tasks"]
     # Every key of the document is required but the digest, which the store adds and demands,
     # and the keys added later.
     assert sorted(schema["required"]) == sorted(k for k in schema["properties"]
