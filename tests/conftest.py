@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from effctx_core.backends.llama_cpp_build import BuildMissingError
 from effctx_core.models import prepare_default_model
+from tests.helpers.gate import Gate
 
 
 def pytest_configure(config) -> None:
@@ -39,6 +41,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def default_model() -> Path:
     """The embedded Gemma 3 270M, assembled once (make test prepares it beforehand)."""
     return prepare_default_model()
+
+
+@pytest.fixture
+def gate() -> Iterator[Gate]:
+    """A Gate, released when the test ends: a test that fails while it holds a worker
+    leaves no thread waiting."""
+    held = Gate()
+    yield held
+    held.release()
 
 
 @pytest.fixture

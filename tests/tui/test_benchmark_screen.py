@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from textual import events
@@ -12,13 +13,15 @@ from textual.app import App
 from textual.widgets import DataTable, Label, ProgressBar, Static
 from textual_plotext import PlotextPlot
 
-from effctx_core.bench.cell import CellBenchPlan, CellBenchReport
+from effctx_core.bench.cell import CellBenchPlan, CellBenchReport, run_cell_bench
 from effctx_core.bench.overhead import OverheadReport, Rates
 from effctx_core.bench.smoke import PasskeyTrial
 from effctx_core.bench.workload_text import turn_cells
 from effctx_core.profiles import DEFAULT_PROFILE
 from effctx_tui.app import EffctxApp
+from effctx_tui.screens import benchmark as benchmark_screen
 from effctx_tui.screens.benchmark import BenchmarkScreen
+from tests.helpers.gate import Gate
 from tests.helpers.pilot_wait import wait_for
 from tests.helpers.small_workload import write_small_workload
 
@@ -78,15 +81,30 @@ async def test_a_run_fills_throughput_and_passkey_quality_side_by_side(default_m
         assert app.engine.tape == ()  # the conversation was not touched
 
 
-async def test_escape_cancels_a_running_benchmark_and_a_second_escape_goes_back(default_model):
+def held_before_the_rounds(gate: Gate) -> Callable[..., CellBenchReport]:
+    """run_cell_bench, held by `gate` once its warm-up is done and the rounds are next."""
+    def run(model_path, profile, plan, progress, cancel) -> CellBenchReport:
+        def report(message: str, done: int, total: int) -> None:
+            progress(message, done, total)
+            if done == 1:
+                gate.hold()
+        return run_cell_bench(model_path, profile, plan, progress=report, cancel=cancel)
+    return run
+
+
+async def test_escape_cancels_a_running_benchmark_and_a_second_escape_goes_back(default_model, gate, monkeypatch):
+    # Held between the warm-up and the rounds, the run is still under way when Esc
+    # arrives, however short the plan.
+    monkeypatch.setattr(benchmark_screen, "run_cell_bench", held_before_the_rounds(gate))
     app = EffctxApp(checkpoints=None)
-    app.bench_plan = CellBenchPlan(prompt_tokens=1024, decode_tokens=32, rounds=4)
+    app.bench_plan = SMALL
     async with app.run_test(size=(120, 36)) as pilot:
         bench = await open_bench(pilot, app)
         await pilot.press("r")
-        bar = bench.query_one("#bench-progress", ProgressBar)
-        await wait_for(pilot, lambda: bar.progress >= 1, seconds=120)  # the warm-up is done, the rounds run
-        app.post_message(events.Key("escape", None))
+        await wait_for(pilot, gate.reached.is_set, seconds=120)
+        await pilot.press("escape")
+        assert bench.running
+        gate.release()
         await wait_for(pilot, lambda: not bench.running)
         assert str(bench.query_one("#bench-summary", Static).render()) == "benchmark cancelled"
         assert bench.query_one("#bench-throughput", DataTable).row_count == 0 and bench.report is None

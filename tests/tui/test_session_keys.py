@@ -3,14 +3,8 @@ ready, busy (a replay's keys are in test_replay_console). On the real default mo
 
 from __future__ import annotations
 
-import threading
-from typing import Iterator
-
-import pytest
-
 import effctx_tui.app
 from effctx_tui.app import EffctxApp
-from tests.helpers.engine_jobs import WAIT
 from tests.helpers.pilot_wait import start_a_long_prefill, wait_for
 
 
@@ -21,37 +15,17 @@ def offered(app: EffctxApp) -> list[str]:
             if active.node is screen and active.binding.show]
 
 
-class HeldLoad:
-    """The console's model preparation, held at its start until the test releases it: the
-    test looks at the console while it loads, however fast the model would load."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch):
-        self.reached = threading.Event()
-        self.release = threading.Event()
-        prepare = effctx_tui.app.resolve_model
-
-        def held(model, progress):
-            self.reached.set()
-            assert self.release.wait(WAIT)
-            return prepare(model, progress=progress)
-
-        monkeypatch.setattr(effctx_tui.app, "resolve_model", held)
-
-
-@pytest.fixture
-def held_load(monkeypatch) -> Iterator[HeldLoad]:
-    load = HeldLoad(monkeypatch)
-    yield load
-    load.release.set()  # a test that failed while holding leaves no worker waiting
-
-
-async def test_while_the_model_loads_only_stop_the_timings_the_requests_and_insert_file_act(default_model, held_load):
+async def test_while_the_model_loads_only_stop_the_timings_the_requests_and_insert_file_act(default_model, gate,
+                                                                                           monkeypatch):
+    # The model's preparation is held at its start: the keys are read while it loads,
+    # however fast the model would load.
+    monkeypatch.setattr(effctx_tui.app, "resolve_model", gate.before(effctx_tui.app.resolve_model))
     app = EffctxApp(max_tokens=1, checkpoints=None)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: held_load.reached.is_set() and app.session_screen.loading)
+        await wait_for(pilot, lambda: gate.reached.is_set() and app.session_screen.loading)
         assert offered(app) == ["Stop", "Timings", "Requests", "Insert file"]  # the prompt takes text while the model loads
         assert app.loading and app.engine is None  # what was offered was offered during the load
-        held_load.release.set()
+        gate.release()
         await wait_for(pilot, lambda: app.session_screen.ready)
         assert not app.loading and app.engine is not None
         assert offered(app) == ["New conversation", "Residency", "Snapshots", "Timings", "Cells", "Benchmark",
