@@ -34,6 +34,7 @@ from effctx_core.errors import EffctxError, RpcWorkerError
 from effctx_core.models import prepare_default_model
 from effctx_core.profiles import Profile, ProfileError
 from tests.helpers.cli import effctx, one_error_line
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 BUILD = find_build()
 needs_build = pytest.mark.skipif(BUILD is None, reason="effctx's llama.cpp build with RPC is not there "
@@ -50,6 +51,13 @@ def rpc_profile(workers, **changes) -> Profile:
 @pytest.fixture(scope="module")
 def model() -> Path:
     return prepare_default_model()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A tiny random-weight model, for tests whose checks hold for any model: a run on it
+    takes a fraction of the default model's on two single-threaded workers."""
+    return write_tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
 
 
 # --------------------------------------------------------------------------- the profile
@@ -191,13 +199,13 @@ def test_the_model_and_its_cache_are_split_over_both_workers(model):
 
 
 @needs_build
-def test_the_baseline_runs_on_the_workers_and_a_session_after_it_still_finds_its_placement(model):
+def test_the_baseline_runs_on_the_workers_and_a_session_after_it_still_finds_its_placement(tiny):
     backend = LlamaBackend()
     with local_workers(1) as workers:
         profile = rpc_profile(workers)
-        baseline = backend.baseline(model, profile)
+        baseline = backend.baseline(tiny, profile)
         try:
-            session = backend.open(model, profile)
+            session = backend.open(tiny, profile)
             prompt = session.tokenize(PROMPT, True)
             run = baseline.raw(prompt, 8)
             session.ensure_prefix(prompt)
@@ -245,9 +253,9 @@ def decode_until_killed(session, kill) -> float:
 
 
 @needs_build
-def test_a_worker_killed_mid_decode_poisons_the_session_and_is_named(model):
+def test_a_worker_killed_mid_decode_poisons_the_session_and_is_named(tiny):
     with local_workers(2) as workers:
-        session = LlamaBackend().open(model, rpc_profile(workers))
+        session = LlamaBackend().open(tiny, rpc_profile(workers))
         try:
             victim = workers[1]
             with pytest.raises(RpcWorkerError, match=f"RPC worker {victim.endpoint} is down") as err:
@@ -262,9 +270,9 @@ def test_a_worker_killed_mid_decode_poisons_the_session_and_is_named(model):
 
 
 @needs_build
-def test_a_worker_killed_mid_prefill_poisons_the_session_and_is_named(model):
+def test_a_worker_killed_mid_prefill_poisons_the_session_and_is_named(tiny):
     with local_workers(2) as workers:
-        session = LlamaBackend().open(model, rpc_profile(workers))
+        session = LlamaBackend().open(tiny, rpc_profile(workers))
         victim = workers[0]
 
         def kill_after_the_first_chunk(progress) -> None:
@@ -272,7 +280,7 @@ def test_a_worker_killed_mid_prefill_poisons_the_session_and_is_named(model):
                 os.kill(victim.pid, signal.SIGKILL)
 
         try:
-            prompt = session.tokenize("The grass is green. " * 60, True)
+            prompt = session.tokenize("The grass is green. " * 30, True)  # 302 tokens: five chunks
             with pytest.raises(RpcWorkerError, match=f"ensure prefix failed: RPC worker {victim.endpoint} is down"):
                 session.ensure_prefix(prompt, progress=kill_after_the_first_chunk)
         finally:
@@ -280,9 +288,9 @@ def test_a_worker_killed_mid_prefill_poisons_the_session_and_is_named(model):
 
 
 @needs_build
-def test_a_worker_that_stops_answering_is_given_up_on_after_rpc_timeout_s(model):
+def test_a_worker_that_stops_answering_is_given_up_on_after_rpc_timeout_s(tiny):
     with local_workers(2) as workers:
-        session = LlamaBackend().open(model, rpc_profile(workers, rpc_timeout_s=2.0))
+        session = LlamaBackend().open(tiny, rpc_profile(workers, rpc_timeout_s=2.0))
         victim = workers[0]
         try:
             t0 = time.monotonic()
@@ -297,11 +305,11 @@ def test_a_worker_that_stops_answering_is_given_up_on_after_rpc_timeout_s(model)
 
 
 @needs_build
-def test_the_workers_are_free_for_another_client_once_the_last_session_closes(model):
+def test_the_workers_are_free_for_another_client_once_the_last_session_closes(tiny):
     with local_workers(1) as workers:
         profile = rpc_profile(workers)
-        first = LlamaBackend().open(model, profile)
-        second = LlamaBackend().open(model, profile)  # the same host: a worker serves one client
+        first = LlamaBackend().open(tiny, profile)
+        second = LlamaBackend().open(tiny, profile)  # the same host: a worker serves one client
         assert first.host is second.host  # type: ignore[attr-defined]
         host_pid = first.host.pid  # type: ignore[attr-defined]
         first.close()
@@ -433,7 +441,7 @@ def test_a_local_cell_has_no_state_costs_to_weigh(model):
 
 
 @needs_build
-def test_the_certificate_of_a_cell_on_workers_says_what_runs_where_and_what_states_cost(model, tmp_path):
+def test_the_certificate_of_a_cell_on_workers_says_what_runs_where_and_what_states_cost(tiny, tmp_path):
     from effctx_core.certify.runner import Certifier
     from effctx_core.certify.schema import first_problem
     from effctx_core.certify.store import CertificateStore
@@ -443,7 +451,7 @@ def test_the_certificate_of_a_cell_on_workers_says_what_runs_where_and_what_stat
     (tmp_path / "workload").mkdir()
     plan = tiny_plan(write_small_workload(tmp_path / "workload"))
     with local_workers(2) as workers:
-        done = Certifier(model, CertificateStore(tmp_path / "certificates"), plan).certify(rpc_profile(workers, n_ctx=1024))
+        done = Certifier(tiny, CertificateStore(tmp_path / "certificates"), plan).certify(rpc_profile(workers, n_ctx=1024))
     cell = done.document["cell"]
     assert first_problem(done.document) is None
     assert cell["device"].startswith("rpc: ")
