@@ -22,8 +22,9 @@ def pytest_configure(config) -> None:
 
 # The fixtures that hand a test a model to load, by name: the default model (default_model,
 # here; model in test_llama_server and test_rpc_workers), a generated tiny GGUF
-# (tiny_model in tests/contract and test_measuring; tiny in the OpenVINO and modeled
-# residency tests; model_path and llm in test_tiny_gguf; two_turns in test_chat_template)
+# (tiny_model in tests/contract and test_measuring; tiny in the OpenVINO, residency,
+# certify and RPC worker tests; model_path and llm in test_tiny_gguf; two_turns in
+# test_chat_template)
 # and the conformance suite's cells (cell). A test that uses one, directly or through
 # another fixture, is marked `model`; a test that loads a model some other way (a tiny GGUF
 # written in the test) carries @pytest.mark.model itself. `make test-fast` runs the rest:

@@ -40,6 +40,13 @@ def plan(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A tiny random-weight model: it fails the passkey gate, and certifies in a fraction
+    of a second where what is checked is the certification's own work (its stages, resuming)."""
+    return write_tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.fixture(scope="module")
 def exact(default_model, store, plan):
     """The exact cell of the default model, certified once for the module."""
     return Certifier(default_model, store, plan).certify(load_profile("exact"))
@@ -115,35 +122,32 @@ def test_a_certificate_from_another_machine_does_not_count_here(exact, default_m
                                                    "(Other CPU, 64 cores); run `effctx certify --profile exact`")
 
 
-@pytest.mark.model
-def test_a_random_weight_model_fails_the_passkey_gate_and_says_so(tmp_path, plan):
-    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+def test_a_random_weight_model_fails_the_passkey_gate_and_says_so(tiny, tmp_path, plan):
     store = CertificateStore(tmp_path / "certificates")
-    done = Certifier(model, store, plan).certify(load_profile("exact").with_changes(n_ctx=1024))
+    done = Certifier(tiny, store, plan).certify(load_profile("exact").with_changes(n_ctx=1024))
     doc = done.document
     assert (doc["status"], doc["failed_gate"], doc["context"]["certified"]) == ("failed", "passkey", None)
     assert doc["reason"].startswith("passkey gate failed: found 0 of 1 at 512 tokens")
     assert store.load(done.path)["status"] == "failed"
 
 
-def test_a_stopped_certification_resumes_from_the_stages_it_finished(default_model, tmp_path, plan):
+def test_a_stopped_certification_resumes_from_the_stages_it_finished(tiny, tmp_path, plan):
     store = CertificateStore(tmp_path)
+    profile = load_profile("exact").with_changes(n_ctx=1024)
 
     def stop_at_nll(message: str, done: int, total: int) -> None:
         if "NLL" in message:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        Certifier(default_model, store, plan, stop_at_nll).certify(load_profile("exact"))
+        Certifier(tiny, store, plan, stop_at_nll).certify(profile)
     assert len(list((tmp_path / "partial").iterdir())) == 1
-    resumed = Certifier(default_model, store, plan).certify(load_profile("exact"))
+    resumed = Certifier(tiny, store, plan).certify(profile)
     assert resumed.resumed == ("passkey", "task:multikey", "throughput")
     assert not list((tmp_path / "partial").iterdir())
 
 
-@pytest.mark.model
-def test_every_stage_a_certification_saves_passes_the_stage_check_and_is_resumed(tmp_path, plan):
-    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+def test_every_stage_a_certification_saves_passes_the_stage_check_and_is_resumed(tiny, tmp_path, plan):
     store = CertificateStore(tmp_path / "certificates")
     profile = load_profile("exact").with_changes(n_ctx=1024)
 
@@ -152,13 +156,13 @@ def test_every_stage_a_certification_saves_passes_the_stage_check_and_is_resumed
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        Certifier(model, store, plan, stop_before_writing).certify(profile)
+        Certifier(tiny, store, plan, stop_before_writing).certify(profile)
     [partial] = (tmp_path / "certificates" / "partial").glob("*.json")
     stages = json.loads(partial.read_text())["stages"]
     assert {name: stage_problem(name, value) for name, value in stages.items()} == {
         "throughput": None, "passkey": None, "task:multikey": None, "nll": None, "workload:small": None}
     notes: list[str] = []
-    resumed = Certifier(model, store, plan, note=notes.append).certify(profile)
+    resumed = Certifier(tiny, store, plan, note=notes.append).certify(profile)
     assert (resumed.resumed, notes) == (("nll", "passkey", "task:multikey", "throughput", "workload:small"), [])
 
 
