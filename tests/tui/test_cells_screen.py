@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from textual import events
 from textual.widgets import DataTable, Input, ProgressBar, Static
 
 from effctx_tui.app import EffctxApp
@@ -43,21 +42,31 @@ async def test_the_cells_screen_lists_cells_and_swaps_the_conversation(default_m
         assert "q8" in screen.sub_title
 
 
-async def test_escape_during_a_swap_recompute_cancels_it_and_stays_on_the_running_cell(default_model):
+async def test_escape_during_a_swap_recompute_cancels_it_and_stays_on_the_running_cell(default_model, gate):
     app = EffctxApp(max_tokens=1, checkpoints=None)
     async with session_when_ready(app, (140, 30)) as (pilot, screen):
-        screen.query_one(Input).value = "The grass is green. " * 500
+        screen.query_one(Input).value = "The grass is green. " * 150  # a recompute of two chunks
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen.turns_done == 1)
         tape, running = app.engine.tape, app.engine.profile.name
         await pilot.press("ctrl+o")
         cells = app.screen
         await wait_for(pilot, lambda: len(cells.cells) > 0)
+
+        def hold_after_a_chunk(event) -> None:
+            # The recompute waits after its first chunk, so Esc lands while it runs.
+            # Subscribed after the cells screen, which shows the chunk first.
+            if event.kind == "prefill_chunk":
+                gate.hold()
+
+        app.engine.subscribe(hold_after_a_chunk)
         cells.query_one(DataTable).move_cursor(row=[c.profile for c in cells.cells].index("q8"))
         await pilot.press("enter", "enter")
         bar = cells.query_one("#swap-progress", ProgressBar)
-        await wait_for(pilot, lambda: bar.total == len(tape))  # the recompute's first chunk is done
-        app.post_message(events.Key("escape", None))
+        await wait_for(pilot, lambda: gate.reached.is_set() and bar.total == len(tape))
+        await pilot.press("escape")
+        assert cells.swapping
+        gate.release()
         await wait_for(pilot, lambda: not cells.swapping)
         note = str(cells.query_one("#cells-note", Static).render())
         assert note.startswith("swap to q8 cancelled after recomputing ") and note.endswith(f"still on {running}")
