@@ -2,21 +2,38 @@
 
 Every checkpoint is a node for the tape as it is, with the session's state when there is
 a store for it; a restore goes back to a node exactly, or recomputes its tokens.
+
+A node's state is written in the background (state_writer.py): the node names its key at
+once, and everything that reads the store settles first (`settle`): the writes end, and a
+node whose write failed is left without a state, which a NodeUnsaved event says. A crash
+loses at most the states not yet written; their nodes then recompute, as for a state the
+store evicted.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from effctx_core.engine.prefill import prefill_runs
 from effctx_core.engine.records import NodeRestore
 from effctx_core.engine.state import EngineState
+from effctx_core.engine.state_writer import StateWriter
 from effctx_core.errors import EffctxError
-from effctx_core.events.trace import NodeAdded, NodeRestored
+from effctx_core.events.trace import NodeAdded, NodeRestored, NodeUnsaved
 from effctx_core.residency.tracker import segments_from_json, segments_to_json
-from effctx_core.snapshots import SnapshotError, SnapshotNotFoundError, SnapshotStore, load_snapshot, save_snapshot
-from effctx_core.snapshots.tree import TurnText
+from effctx_core.snapshots import (
+    EntryInfo,
+    SnapshotError,
+    SnapshotNotFoundError,
+    SnapshotStore,
+    load_snapshot,
+    snapshot_key,
+)
+from effctx_core.snapshots.tree import SnapshotTree, TurnText
 from effctx_core.snapshots.tree_file import load_tree, save_tree
 from effctx_core.units import ms_since
 
@@ -39,6 +56,20 @@ def _remove_checkpoint(store: SnapshotStore, key: str) -> None:
         pass  # gone already, or taken by another session meanwhile: nothing to give back
 
 
+def _not_saved(reason: object) -> str:
+    return f"state not saved ({reason}); restoring this node will recompute it"
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A node's state on its way to the store."""
+
+    tree: SnapshotTree  # the tree the node was added to (a loaded session replaces the engine's)
+    node: str
+    key: str
+    future: Future[EntryInfo]
+
+
 class Checkpointer:
     def __init__(self, state: EngineState, store: SnapshotStore | None):
         self._state = state
@@ -46,6 +77,45 @@ class Checkpointer:
         # (a restore then recomputes).
         self.store = store
         self._made_blobs: set[str] = set()  # states this engine saved, until a save lets go of them
+        self._writer = StateWriter()
+        self._writes: list[_Write] = []  # not yet seen to end; the engine's thread's alone
+
+    def settle(self) -> None:
+        """Wait until every state written in the background is on disk or has failed; a
+        failed one leaves its node without a state, and a NodeUnsaved event says so. On
+        the engine's thread, under its lock: it changes the tree."""
+        self._writer.wait()
+        self._collect()
+
+    def close(self) -> None:
+        self.settle()
+        self._writer.close()
+
+    def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
+        """Of these saved states, the ones the checkpoint store does not hold, each with
+        why. From any thread: it waits for the writes (a state on its way is neither held
+        nor missing yet) but leaves the tree to the engine's thread."""
+        if self.store is None:
+            return {key: "checkpoints off" for key in keys}
+        self._writer.wait()
+        return self.store.missing_states(keys)
+
+    def _collect(self) -> None:
+        """Forget the writes that ended; a failed one takes its state off its node."""
+        writes, self._writes = self._writes, []
+        for write in writes:
+            if not write.future.done():
+                self._writes.append(write)
+                continue
+            error = write.future.exception()
+            if error is None:
+                continue
+            # Whatever stopped the write (a full disk, a state over the store's budget),
+            # the node must not name a state the store does not hold.
+            self._made_blobs.discard(write.key)
+            if write.node in write.tree and write.tree.node(write.node).blob == write.key:
+                write.tree.set_blob(write.node, None)
+            self._state.bus.emit(NodeUnsaved, node=write.node, blob=write.key, message=_not_saved(error))
 
     def checkpoint(self, kind: str, label: str, turn: TurnText | None, metrics: dict,
                    known_blob: str | None = None) -> None:
@@ -53,6 +123,7 @@ class Checkpointer:
 
         Under an evicting policy the cache holds only part of the tape, so no state is
         saved: a restore of such a node recomputes its tokens."""
+        self._collect()  # an earlier write that failed is said before this node
         state = self._state
         session, tracker, tree, tape = state.session, state.tracker, state.tree, state.tape
         # The deepest node whose tape this one extends: the node the turn started from,
@@ -64,6 +135,7 @@ class Checkpointer:
             tree.set_current(parent.id)  # the turn arrived at a node that exists
             return
         blob, state_bytes, message = known_blob, 0, None
+        pending: tuple[str, Future[EntryInfo]] | None = None
         costs = session.info.state_costs
         # A turn's state is not saved where restoring it would cost more than recomputing
         # it (states cross a network); a checkpoint the user asks for always is.
@@ -72,17 +144,17 @@ class Checkpointer:
             message = f"state not saved: {dearer}; restoring this node will recompute it"
         elif blob is None and self.store is not None and not tracker.evicts \
                 and session.info.capabilities.state_snapshot.supported:
-            try:
-                snap = session.snapshot()
-                blob = save_snapshot(self.store, snap, meta={"kind": kind}).key
-                self._made_blobs.add(blob)
-                state_bytes = len(snap.state)
-            except SnapshotError as exc:
-                message = f"state not saved ({exc}); restoring this node will recompute it"
+            # The state as the turn left it, now; its write goes on in the background.
+            snap = session.snapshot()
+            blob, state_bytes = snapshot_key(snap), len(snap.state)
+            pending = (blob, self._writer.write(self.store, snap, {"kind": kind}))
+            self._made_blobs.add(blob)
         node = tree.add_tape(
             parent.id, tape, kind, session.info.identity.digest(), label=label,
             residency={**tracker.report().to_dict(), "segments": segments_to_json(tracker.segments_from())}, metrics={**metrics, "bytes": state_bytes}, blob=blob, turn=turn,
         )
+        if pending is not None:
+            self._writes.append(_Write(tree, node.id, *pending))
         state.bus.emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(tape), blob=blob or "",
                        message=message or "", conversation=metrics.get("conversation", ""), label=label)
 
@@ -93,6 +165,7 @@ class Checkpointer:
         before any save) are removed from the store, unless another session references
         them or they are prefix-cache entries (which outlive sessions): a deleted branch
         gives its disk space back at once, not at the LRU's turn."""
+        self.settle()  # the file names only states on disk, and no node whose write failed
         tree = self._state.tree
         path = save_tree(tree, name)
         store = self.store
@@ -123,6 +196,7 @@ class Checkpointer:
     def restore_node(self, node_id: str) -> NodeRestore:
         """Go back to a node: its exact state when it has one this runtime can load,
         otherwise its tokens recomputed. The next turn then branches from it."""
+        self.settle()  # its state may still be on its way to the store
         state = self._state
         session, tracker, tree = state.session, state.tracker, state.tree
         node = tree.node(node_id)

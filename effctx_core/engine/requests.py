@@ -151,6 +151,11 @@ class RequestRunner:
         if store is None or state.tracker.evicts or not session.info.capabilities.state_snapshot.supported \
                 or (costs is not None and costs.recompute_reason is not None):
             return None
+        if not _extends(state.tape, tokens):
+            # Another conversation's last state may still be on its way to the store. A
+            # prompt that extends the tape waits for nothing: the states in flight are of
+            # the turns that made the tape, and none starts the prompt further than it does.
+            self._checkpointer.settle()
         # All but the last token: the last is prefilled for the next token's logits.
         match = store.longest_prefix(session.info.identity.digest(), tokens[:-1])
         best: tuple[str, int] | None = match

@@ -149,12 +149,19 @@ class SessionEngine:
 
     @property
     def checkpoints(self) -> SnapshotStore | None:
+        """The checkpoint store, with every state written so far on disk."""
+        self.settle()
         return self._checkpointer.store
+
+    def settle(self) -> None:
+        """Wait until every checkpoint state written in the background is on disk; a node
+        whose write failed is left without a state (a NodeUnsaved event says so)."""
+        with self._lock:
+            self._checkpointer.settle()
 
     def missing_states(self, keys: Iterable[str]) -> dict[str, str]:
         """Of these saved states, the ones the checkpoint store does not hold, each with why."""
-        store = self._checkpointer.store
-        return {key: "checkpoints off" for key in keys} if store is None else store.missing_states(keys)
+        return self._checkpointer.missing_states(keys)
 
     @property
     def residency(self) -> ResidencyTracker:
@@ -182,6 +189,7 @@ class SessionEngine:
 
     def close(self) -> None:
         with self._lock:
+            self._checkpointer.close()  # its last events go out before the bus closes
             if self._state.cell is not None:
                 self._state.cell.close()
                 self._state.cell = None
@@ -367,6 +375,8 @@ class SessionEngine:
 
     def load_prefix(self, text: str, kind: Segment = Segment.DOCUMENT) -> PrefixLoad:
         with self._lock:
+            # The prefix cache may be the checkpoints' own folder: it misses none in flight.
+            self._checkpointer.settle()
             return self._prefix.load(text, kind)
 
     def prepare(self, profile: Profile, progress: ProgressFn) -> None:
@@ -378,6 +388,9 @@ class SessionEngine:
         """Move the running conversation to another cell (profile, backend); a cancelled
         recompute leaves it where it was (SwapCancelled)."""
         with self._lock:
+            # A swap loads a second model, the likeliest moment to run out of memory: the
+            # states in flight reach the disk before it starts.
+            self._checkpointer.settle()
             return swap(self._state, profile)
 
     # ------------------------------------------------------------------ state

@@ -228,6 +228,17 @@ class NodeAdded(Event):
 
 
 @dataclass(frozen=True)
+class NodeUnsaved(Event):
+    """A node's state, written in the background after the node was added, did not reach
+    the store (a full disk): the node has no state now, and a restore of it recomputes."""
+
+    kind: ClassVar[str] = "node_unsaved"
+    node: str
+    blob: str
+    message: str
+
+
+@dataclass(frozen=True)
 class NodeRestored(Event):
     kind: ClassVar[str] = "node_restore"
     node: str

@@ -25,7 +25,7 @@ import numpy as np
 
 from effctx_core.contract import SessionSnapshot
 from effctx_core.identity import RuntimeIdentity
-from effctx_core.snapshots.blobfile import token_bytes
+from effctx_core.snapshots.blobfile import key_for, token_bytes
 from effctx_core.snapshots.errors import CorruptSnapshotError
 from effctx_core.snapshots.store import EntryInfo, SnapshotStore
 
@@ -81,6 +81,12 @@ def describe(payload: bytes | memoryview) -> dict | None:
     except PayloadError:
         return None
     return {"kind": "session", "n_tokens": n, "state_bytes": s, "logits_bytes": n_logits}
+
+
+def snapshot_key(snapshot: SessionSnapshot) -> str:
+    """The key save_snapshot stores `snapshot` under, known before it is written: the
+    content address of its runtime identity and tokens."""
+    return key_for(snapshot.identity.digest(), snapshot.tokens)
 
 
 def save_snapshot(store: SnapshotStore, snapshot: SessionSnapshot, meta: dict | None = None,

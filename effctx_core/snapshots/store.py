@@ -114,6 +114,15 @@ class SnapshotStore:
         if budget_bytes is not None or os.environ.get(BUDGET_ENV, "").strip():
             self._budget = resolve_budget(budget_bytes, self.root, 0)
 
+    def twin(self) -> SnapshotStore:
+        """Another handle on this store's folder and budget, for another thread. A handle's
+        in-memory caches (the index as last read, the prefix index) are not thread-safe, so
+        each thread keeps its own; the two take turns through the store's lock file, as two
+        processes do, and each sees the other's entries when the index file changes."""
+        twin = SnapshotStore(self.root, clock=self._clock, files_clock=self._files_clock)
+        twin._budget = self._budget
+        return twin
+
     # ----------------------------------------------------------------- budget
 
     @property

@@ -27,6 +27,7 @@ from effctx_core.events.trace import (
     ModelProgress,
     NodeAdded,
     NodeRestored,
+    NodeUnsaved,
     PrefillChunk,
     PrefixCacheLookup,
     RequestQueued,
@@ -453,7 +454,8 @@ class SessionScreen(Screen):
             SwapAbandoned: lambda e: self._show_engine_state(
                 f"swap to {e.new_profile} cancelled after recomputing {e.done:,} of {e.total:,} tokens; "
                 f"still on {e.old_profile}"),
-            NodeAdded: self._on_node_added,
+            NodeAdded: self._on_node_changed,
+            NodeUnsaved: self._on_node_changed,
             NodeRestored: self._on_node_restored,
             RequestQueued: self._on_request_queued,
             RequestRouted: self._on_request_routed,
@@ -535,7 +537,9 @@ class SessionScreen(Screen):
         self.query_one(Transcript).add_note(sentence, event.details and f"runtime identity: {event.details}")
         self._show_engine_state(sentence)
 
-    def _on_node_added(self, event: NodeAdded) -> None:
+    def _on_node_changed(self, event: NodeAdded | NodeUnsaved) -> None:
+        """A node added, or its state not saved after all: the session file follows, and
+        a state not saved says why."""
         self.effctx_app.save_session()
         if event.message:
             self.notify(event.message, severity="warning")

@@ -26,7 +26,7 @@ from textual.widgets import Header, Static, Tree
 
 from effctx_core.engine import EventSource, NodeRestore
 from effctx_core.events.subscribers import Unsubscribe
-from effctx_core.events.trace import NodeAdded, NodeRestored, PrefillChunk
+from effctx_core.events.trace import NodeAdded, NodeRestored, NodeUnsaved, PrefillChunk
 from effctx_core.snapshots.conversations import Conversation, conversation_label, conversations, with_ancestors
 from effctx_core.snapshots.tree import SnapshotTree
 from effctx_core.units import format_counted
@@ -183,7 +183,7 @@ class SnapshotsScreen(Screen[str | None]):
         event = message.event
         if isinstance(event, PrefillChunk):
             self._restore_progress(event.done, event.total)
-        elif isinstance(event, (NodeAdded, NodeRestored)):
+        elif isinstance(event, (NodeAdded, NodeRestored, NodeUnsaved)):
             self.refresh_tree()
             self._check_store()  # a restore that found its state damaged quarantined it
 

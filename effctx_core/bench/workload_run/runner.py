@@ -83,6 +83,9 @@ class _Run:
             raise Cancelled("benchmark cancelled")
         self._check_accounting(label, result, len(prompt) - gone, counters.prefill_tokens)
         reply_ids = self.engine.tape[len(prompt):]
+        # The turn's checkpoint is written in the background, as it is while a user reads
+        # the reply; it ends before the control starts, so it slows neither side's timing.
+        self.engine.settle()
         control = None
         if self.baseline is not None:
             run = self.baseline.control(prompt, turn.max_tokens, self.workload.framing.stop)
