@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from effctx_core.backends.profile_loader import load_profile
@@ -62,13 +64,17 @@ def test_a_prompt_longer_than_the_budget_streams_through(open_engine):
     assert all(a.pos_start == 4 for a in removals)  # the middle goes, right after the sink
 
 
+# STREAMING at half the size: a reply goes past its n_ctx in 300 tokens instead of 700.
+SMALL_STREAMING = STREAMING.with_changes(n_ctx=256, residency=replace(STREAMING.residency, recent_tokens=188, budget=192))
+
+
 def test_decoding_slides_the_window_past_n_ctx(open_engine):
     events = []
-    engine = open_engine(STREAMING, events)
-    result = engine.complete("Once upon a time", DecodeConfig(max_tokens=700))
-    assert result.generated == 700 and result.stop_reason == "max_tokens"
+    engine = open_engine(SMALL_STREAMING, events)
+    result = engine.complete("Once upon a time", DecodeConfig(max_tokens=300))
+    assert result.generated == 300 and result.stop_reason == "max_tokens"
     assert len(engine.tape) > engine.info.n_ctx
-    assert engine.explain().resident_tokens <= 384
+    assert engine.explain().resident_tokens <= 192
     assert cache_matches_plan(engine)
     slides = [e for e in events if e.kind == "residency_action" and e.action == "slide"]
     assert slides and all(e.stage == "decode" for e in slides)
