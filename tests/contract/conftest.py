@@ -65,9 +65,13 @@ def _model_path(name: str, request: pytest.FixtureRequest) -> Path:
 CELLS = [(b, v, m) for b in BACKENDS for v in contract_variants(b) for m in MODELS]
 
 
-@pytest.fixture(scope="module", params=CELLS, ids=lambda p: "-".join(part for part in p if part))
+# Session-scoped: pytest runs every module's tests of one cell before the next cell's, so
+# what a variant needs running (two RPC workers, a llama-server to attach to) starts once
+# a cell, not once a module; the sessions on it are still the modules' own.
+@pytest.fixture(scope="session", params=CELLS, ids=lambda p: "-".join(part for part in p if part))
 def cell(request: pytest.FixtureRequest) -> Iterator[CellUnderTest]:
-    """The cell, with whatever its variant needs running (started here, stopped after the module)."""
+    """The cell, with whatever its variant needs running (started here, stopped once the
+    cell's tests are done)."""
     backend_name, variant_name, model_name = request.param
     backend = get_backend(backend_name)
     variant = contract_variants(backend_name)[variant_name]
