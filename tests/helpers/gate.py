@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, ParamSpec, TypeVar
 
+from effctx_core.events.trace import Event
 from tests.helpers.engine_jobs import WAIT
 
 P = ParamSpec("P")
@@ -26,6 +27,14 @@ class Gate:
 
     def release(self) -> None:
         self._released.set()
+
+    def at_event(self, kind: str) -> Callable[[Event], None]:
+        """An engine subscriber that holds the engine's thread at its events of `kind`
+        (the event is delivered to the subscribers that came before it first)."""
+        def hold_at(event: Event) -> None:
+            if event.kind == kind:
+                self.hold()
+        return hold_at
 
     def before(self, call: Callable[P, R]) -> Callable[P, R]:
         """`call`, held at its start."""

@@ -52,14 +52,9 @@ async def test_escape_during_a_swap_recompute_cancels_it_and_stays_on_the_runnin
         await pilot.press("ctrl+o")
         cells = app.screen
         await wait_for(pilot, lambda: len(cells.cells) > 0)
-
-        def hold_after_a_chunk(event) -> None:
-            # The recompute waits after its first chunk, so Esc lands while it runs.
-            # Subscribed after the cells screen, which shows the chunk first.
-            if event.kind == "prefill_chunk":
-                gate.hold()
-
-        app.engine.subscribe(hold_after_a_chunk)
+        # The recompute waits after its first chunk, so Esc lands while it runs (after
+        # the cells screen's subscriber, which shows the chunk).
+        app.engine.subscribe(gate.at_event("prefill_chunk"))
         cells.query_one(DataTable).move_cursor(row=[c.profile for c in cells.cells].index("q8"))
         await pilot.press("enter", "enter")
         bar = cells.query_one("#swap-progress", ProgressBar)

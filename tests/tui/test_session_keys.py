@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import effctx_tui.app
 from effctx_tui.app import EffctxApp
-from tests.helpers.pilot_wait import start_a_long_prefill, wait_for
+from tests.helpers.pilot_wait import session_when_ready, wait_for
 
 
 def offered(app: EffctxApp) -> list[str]:
@@ -32,12 +32,14 @@ async def test_while_the_model_loads_only_stop_the_timings_the_requests_and_inse
                                 "Requests", "Insert file"]
 
 
-async def test_while_a_reply_runs_stop_is_offered_and_a_new_conversation_is_not(default_model):
+async def test_while_a_reply_runs_stop_is_offered_and_a_new_conversation_is_not(default_model, gate):
     app = EffctxApp(max_tokens=1, checkpoints=None)
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = app.session_screen
-        await start_a_long_prefill(pilot, app)
+    async with session_when_ready(app, (100, 30)) as (pilot, screen):
+        app.engine.subscribe(gate.at_event("prefill_chunk"))  # the reply waits after its prefill
+        await pilot.press(*"Hello", "enter")
+        await wait_for(pilot, lambda: gate.reached.is_set() and screen.busy)
         assert offered(app) == ["Stop", "Residency", "Snapshots", "Timings", "Cells", "Benchmark", "Requests",
                                 "Insert file"]
+        gate.release()
         await wait_for(pilot, lambda: screen.turns_done == 1)
         assert "Stop" not in offered(app) and "New conversation" in offered(app)
