@@ -188,48 +188,68 @@ def test_with_two_states_held_the_third_turn_waits_for_room(engine, held):
     assert third_done.is_set() and finished_at_return[0] >= 1  # it went on once the first was written
 
 
-# A process that runs a turn, writes its tree as the endpoint does after every request
-# (no settle: the endpoint's conversations file may name a state on its way) and is then
-# killed while the state's blob is half-written.
-CRASHING = """
+# A process that runs a turn and writes its tree as the endpoint does after every request
+# (no settle: the endpoint's conversations file may name a state on its way). With
+# "crash" it is then killed while the state's blob is half-written; with "exit" its write
+# is let go as the interpreter exits, with no close.
+ENDING = """
 import os, sys, threading
 from pathlib import Path
 from effctx_core.contract import DecodeConfig
-from effctx_core.engine import SessionEngine
+from effctx_core.engine import SessionEngine, state_writer
 from effctx_core.profiles import Profile
 from effctx_core.snapshots import SnapshotStore, store
 from effctx_core.snapshots.tree_file import write_tree_file
 
-model, root, tree_path, n_ctx = sys.argv[1:]
-def half_then_stuck(fd, parts):
+model, root, tree_path, n_ctx, how = sys.argv[1:]
+gate = threading.Event()
+def half_then_killed(fd, parts):
     os.write(fd, bytes(parts[0])[:64])
-    threading.Event().wait()
-store._write_parts = half_then_stuck
+    threading.Event().wait()  # the test kills the process here
+def held(*args):
+    gate.wait()
+    return save_snapshot(*args)
+if how == "crash":
+    store._write_parts = half_then_killed
+else:
+    save_snapshot, state_writer.save_snapshot = state_writer.save_snapshot, held
 engine = SessionEngine(model, Profile(name="background-writes-test", n_ctx=int(n_ctx)),
                        checkpoints=SnapshotStore(Path(root)))
 engine.open()
-engine.complete("A crash takes the state on its way.", DecodeConfig(max_tokens=4))
+engine.complete(f"The process ends by {how} with a state on its way.", DecodeConfig(max_tokens=4))
 write_tree_file(engine.tree, Path(tree_path))
 print(engine.tree.current, flush=True)
-threading.Event().wait()
+if how == "crash":
+    threading.Event().wait()  # killed here
+gate.set()
 """
+
+
+def ended_process(how: str, model: Path, root: Path, tree_path: Path) -> tuple[str, str]:
+    """(node, its state's key) of a process that ENDING ended by `how`."""
+    proc = subprocess.Popen([sys.executable, "-c", ENDING, str(model), str(root), str(tree_path), str(PROFILE.n_ctx),
+                             how], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        node_id = proc.stdout.readline().strip()
+        assert node_id, proc.stderr.read() if proc.poll() is not None else "no node"
+        if how == "crash":
+            proc.kill()
+        _, err = proc.communicate(timeout=HELD_AT_MOST)
+        assert how == "crash" or proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    key = read_tree_file(tree_path).node(node_id).blob
+    assert key is not None
+    return node_id, key
 
 
 def test_a_crash_loses_only_the_states_on_their_way_and_their_nodes_recompute(engine, tiny_model, store_root,
                                                                               tmp_path):
     tree_path = tmp_path / "conversations.json"
-    proc = subprocess.Popen([sys.executable, "-c", CRASHING, str(tiny_model), str(store_root), str(tree_path),
-                             str(PROFILE.n_ctx)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        node_id = proc.stdout.readline().strip()
-        assert node_id, proc.stderr.read() if proc.poll() is not None else "no node"
-    finally:
-        proc.kill()
-        proc.communicate()
+    node_id, key = ended_process("crash", tiny_model, store_root, tree_path)
     tree = read_tree_file(tree_path)
-    key = tree.node(node_id).blob
-    assert key is not None
     engine.set_tree(tree)
     assert engine.missing_states([key]) == {key: "not in the store"}
     restore = engine.restore_node(node_id)
@@ -238,6 +258,12 @@ def test_a_crash_loses_only_the_states_on_their_way_and_their_nodes_recompute(en
     store = SnapshotStore(store_root)
     assert store.gc(stale_after=0).temp_removed  # the dead writer's half-written blob
     assert not store.blob_path(key).exists()
+
+
+def test_an_exit_without_a_close_writes_the_states_on_their_way(engine, tiny_model, store_root, tmp_path):
+    node_id, key = ended_process("exit", tiny_model, store_root, tmp_path / "conversations.json")
+    assert engine.missing_states([key]) == {}
+    assert SnapshotStore(store_root).info(key).meta == {"kind": "turn"}
 
 
 def test_close_writes_the_states_on_their_way(module_engine, held, store_root):
