@@ -4,10 +4,10 @@ Every checkpoint is a node for the tape as it is, with the session's state when 
 a store for it; a restore goes back to a node exactly, or recomputes its tokens.
 
 A node's state is written in the background (state_writer.py): the node names its key at
-once, and everything that reads the store settles first (`settle`): the writes end, and a
-node whose write failed is left without a state, which a NodeUnsaved event says. A crash
-loses at most the states not yet written; their nodes then recompute, as for a state the
-store evicted.
+once, and whatever uses the store's states (a restore, a save, a swap, a close, a request
+that leaves the tape) settles first (`settle`): the writes end, and a node whose write
+failed is left without a state, which a NodeUnsaved event says. A crash loses at most the
+states not yet written; their nodes then recompute, as for a state the store evicted.
 """
 
 from __future__ import annotations

@@ -213,6 +213,8 @@ class RequestRunner:
         session = state.session
         store = self._checkpointer.store
         assert store is not None  # a stored option comes from the store
+        # No write runs while the state is read: a write's eviction could take it.
+        self._checkpointer.settle()
         t0 = time.perf_counter_ns()
         try:
             session.restore(load_snapshot(store, chosen.key, session.info.identity))

@@ -5,7 +5,7 @@ end (Session.snapshot), so it is exactly that turn's state. Writing it is the sl
 (encode, checksums, temp file, fsync, rename, index update: SnapshotStore.put; about
 80 ms for the default model's 15-21 MB states) and happens here, off the turn's critical
 path. Its key is known before the write (codec.snapshot_key), so the tree names it at
-once; whoever reads the store waits for the writes first (Checkpointer.settle).
+once; whatever uses the store's states waits for the writes first (Checkpointer.settle).
 """
 
 from __future__ import annotations
