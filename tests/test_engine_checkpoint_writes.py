@@ -4,7 +4,8 @@ write leaves its node without a state; a crash loses only the states not yet wri
 
 The writer is held with a seam the test controls (HeldWriter): each write waits until
 the engine waits for the writes (a restore, a save, a close: Checkpointer.settle) or the
-test lets it go, so no test synchronises on time.
+test lets it go, so no test waits on time for something to happen (the queue bound's
+test gives a turn that must not return half a second to show it does not).
 """
 
 from __future__ import annotations
