@@ -204,8 +204,10 @@ from effctx_core.snapshots.tree_file import write_tree_file
 
 model, root, tree_path, n_ctx, how = sys.argv[1:]
 gate = threading.Event()
+half_written = threading.Event()
 def half_then_killed(fd, parts):
     os.write(fd, bytes(parts[0])[:64])
+    half_written.set()
     threading.Event().wait()  # the test kills the process here
 def held(*args):
     gate.wait()
@@ -219,6 +221,8 @@ engine = SessionEngine(model, Profile(name="background-writes-test", n_ctx=int(n
 engine.open()
 engine.complete(f"The process ends by {how} with a state on its way.", DecodeConfig(max_tokens=4))
 write_tree_file(engine.tree, Path(tree_path))
+if how == "crash":
+    half_written.wait()  # the writer thread runs on its own time: kill only once the blob is half on disk
 print(engine.tree.current, flush=True)
 if how == "crash":
     threading.Event().wait()  # killed here
