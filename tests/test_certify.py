@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,22 @@ def test_a_stopped_certification_resumes_from_the_stages_it_finished(tiny, tmp_p
     assert not list((tmp_path / "partial").iterdir())
 
 
+def test_a_certification_resumed_under_another_ttft_budget_keeps_its_stages_and_records_the_new_budget(
+        tiny, tmp_path, plan):
+    store = CertificateStore(tmp_path)
+    profile = load_profile("exact").with_changes(n_ctx=1024)
+
+    def stop_at_nll(message: str, done: int, total: int) -> None:
+        if "NLL" in message:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Certifier(tiny, store, plan, stop_at_nll).certify(profile)
+    resumed = Certifier(tiny, store, replace(plan, ttft_budget_ms=2500.0)).certify(profile)
+    assert resumed.resumed == ("passkey", "task:multikey", "throughput")
+    assert resumed.document["plan"]["ttft_budget_ms"] == resumed.document["context"]["effective"]["ttft_budget_ms"] == 2500
+
+
 def test_every_stage_a_certification_saves_passes_the_stage_check_and_is_resumed(tiny, tmp_path, plan):
     store = CertificateStore(tmp_path / "certificates")
     profile = load_profile("exact").with_changes(n_ctx=1024)
@@ -262,3 +279,8 @@ def test_certify_of_auto_is_refused_in_one_line_before_anything_runs():
     out = effctx("certify", "--quick", "--profile", "exact,auto")
     assert (out.returncode, out.stderr) == (
         2, "effctx: error: certify measures named profiles; --profile auto picks among certified ones\n")
+
+
+def test_a_ttft_budget_of_zero_is_one_line_and_exit_2():
+    out = effctx("certify", "--quick", "--profile", "exact", "--ttft-budget", "0")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--ttft-budget" in out.stderr

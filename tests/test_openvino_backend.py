@@ -164,6 +164,9 @@ def test_bench_ttft_reports_each_profile_with_the_answer_beside(tiny):
     assert exact["cold"]["prefilled"] == exact["prompt_tokens"] and isinstance(exact["cold"]["found"], bool)
     assert exact["warm_snapshot"]["reused"] > 0 and "restored" in exact["snapshot_note"]
     assert paged["warm_snapshot"] is None and "no KV state API" in paged["snapshot_note"]
+    # A paged cache takes whole 32-token blocks as the prompt needs them.
+    info = BACKEND.describe(tiny, load_profile("ov-prefix-cache").with_changes(n_ctx=512))
+    assert paged["memory"]["kv_modeled"] == -(-paged["prompt_tokens"] // 32) * block_bytes(info, "u8", "u8")
 
 
 def test_info_on_an_openvino_profile_prints_the_paged_block_size(tiny):

@@ -13,6 +13,8 @@ from effctx_core.certify.gates import THROUGHPUT_MIN_RATIO
 from effctx_core.profiles import Profile
 from effctx_core.residency.config import policy_evicts
 
+# The latency budget of the effective-context figure a user picks a cell by.
+TTFT_BUDGET_MS = 10_000.0
 # The question and the answer need room after the passkey prompt.
 ANSWER_ROOM = ANSWER_TOKENS + 64
 
@@ -37,7 +39,7 @@ class CertifyPlan:
     # A length is effective while the families' mean score stays at or above this.
     effective_threshold: float = EFFECTIVE_THRESHOLD
     # The latency-budgeted effective context: the longest effective length within this TTFT.
-    ttft_budget_ms: float = 10_000.0
+    ttft_budget_ms: float = TTFT_BUDGET_MS
     long: bool = False  # allocate the model's trained context, where memory allows
 
     def lengths_for(self, profile: Profile) -> tuple[int, ...]:
@@ -68,8 +70,12 @@ class CertifyPlan:
 
     @property
     def key(self) -> str:
-        """What a resumed certification must share with the one it resumes."""
-        return repr(sorted(asdict(self).items()))
+        """What a resumed certification must share with the one it resumes. The threshold
+        and the TTFT budget only read the measured grids when the certificate is written,
+        so a certification resumed with another budget keeps what it measured (the key
+        holds their defaults, as it did before they could be set)."""
+        measured = replace(self, effective_threshold=EFFECTIVE_THRESHOLD, ttft_budget_ms=TTFT_BUDGET_MS)
+        return repr(sorted(asdict(measured).items()))
 
 
 QUICK = CertifyPlan(quick=True, lengths=(1024, 2048), depths=(0.25, 0.75), seeds=1, nll_chars=2400,

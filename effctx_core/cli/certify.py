@@ -38,6 +38,9 @@ def add_parser(sub) -> None:
     certify.add_argument("--max-minutes", type=number(float, above=0), metavar="M",
                          help="start no stage after M minutes; the finished stages are kept, and the same command "
                               "goes on from there")
+    certify.add_argument("--ttft-budget", type=number(float, above=0), metavar="S",
+                         help="the TTFT budget of the latency-budgeted effective context, in seconds (default 10); "
+                              "a resumed certification keeps what it measured under another budget")
     certify.add_argument("--json", action="store_true")
 
 
@@ -72,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         raise EffctxError("certify runs one model at a time: the profiles name different model files")
     store = CertificateStore()
     plan = QUICK if args.quick else LONG if args.long else FULL
+    if args.ttft_budget is not None:
+        plan = replace(plan, ttft_budget_ms=args.ttft_budget * 1000)
     documents, damaged = stored_documents(store)
     for line in damaged:
         print(f"effctx: damaged certificate (left in place): {line}", file=sys.stderr)
