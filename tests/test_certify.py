@@ -15,10 +15,11 @@ from effctx_core.backends.profile_loader import load_profile
 from effctx_core.backends.registry import get_backend
 from effctx_core.certify import example_document, this_machine
 from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, cell_matrix
-from effctx_core.certify.plan import QUICK
+from effctx_core.certify.plan import QUICK, CertifyPlan
 from effctx_core.certify.runner import Certifier, cell_key
 from effctx_core.certify.schema import stage_problem
 from effctx_core.certify.store import CertificateStore
+from effctx_core.profiles import Profile
 from tests.helpers.certify import tiny_plan
 from tests.helpers.small_workload import write_small_workload
 from tests.helpers.tiny_gguf import write_tiny_llama_gguf
@@ -132,8 +133,8 @@ def test_a_random_weight_model_fails_the_passkey_gate_and_says_so(tiny, tmp_path
     assert store.load(done.path)["status"] == "failed"
 
 
-def test_a_stopped_certification_resumes_from_the_stages_it_finished(tiny, tmp_path, plan):
-    store = CertificateStore(tmp_path)
+def stopped_at_nll(model: Path, store: CertificateStore, plan: CertifyPlan) -> Profile:
+    """The profile of a certification stopped as its NLL stage starts."""
     profile = load_profile("exact").with_changes(n_ctx=1024)
 
     def stop_at_nll(message: str, done: int, total: int) -> None:
@@ -141,7 +142,13 @@ def test_a_stopped_certification_resumes_from_the_stages_it_finished(tiny, tmp_p
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        Certifier(tiny, store, plan, stop_at_nll).certify(profile)
+        Certifier(model, store, plan, stop_at_nll).certify(profile)
+    return profile
+
+
+def test_a_stopped_certification_resumes_from_the_stages_it_finished(tiny, tmp_path, plan):
+    store = CertificateStore(tmp_path)
+    profile = stopped_at_nll(tiny, store, plan)
     assert len(list((tmp_path / "partial").iterdir())) == 1
     resumed = Certifier(tiny, store, plan).certify(profile)
     assert resumed.resumed == ("passkey", "task:multikey", "throughput")
@@ -151,14 +158,7 @@ def test_a_stopped_certification_resumes_from_the_stages_it_finished(tiny, tmp_p
 def test_a_certification_resumed_under_another_ttft_budget_keeps_its_stages_and_records_the_new_budget(
         tiny, tmp_path, plan):
     store = CertificateStore(tmp_path)
-    profile = load_profile("exact").with_changes(n_ctx=1024)
-
-    def stop_at_nll(message: str, done: int, total: int) -> None:
-        if "NLL" in message:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        Certifier(tiny, store, plan, stop_at_nll).certify(profile)
+    profile = stopped_at_nll(tiny, store, plan)
     resumed = Certifier(tiny, store, replace(plan, ttft_budget_ms=2500.0)).certify(profile)
     assert resumed.resumed == ("passkey", "task:multikey", "throughput")
     assert resumed.document["plan"]["ttft_budget_ms"] == resumed.document["context"]["effective"]["ttft_budget_ms"] == 2500
