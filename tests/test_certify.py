@@ -14,6 +14,7 @@ import pytest
 from effctx_core.backends.profile_loader import load_profile
 from effctx_core.backends.registry import get_backend
 from effctx_core.certify import example_document, this_machine
+from effctx_core.certify.effective import effective_sentence
 from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, cell_matrix
 from effctx_core.certify.plan import QUICK, CertifyPlan
 from effctx_core.certify.runner import Certifier, cell_key
@@ -232,6 +233,17 @@ def test_a_damaged_certificate_is_listed_by_cells_and_left_where_it_is(exact, st
     assert "digest does not match" in data["damaged_certificates"][0]
     assert {c["profile"]: c["status"] for c in data["cells"]}["exact"] == UNCERTIFIED
     assert target.exists()
+
+
+def test_cells_tasks_shows_each_certified_cells_families_below_the_matrix(exact, store, monkeypatch):
+    monkeypatch.setenv("EFFCTX_CERTIFICATES", str(store.root))
+    out = effctx("cells", "--tasks")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    title = lines.index("exact: task score by prompt length (threshold 0.8)")
+    assert [line.split("│")[1].strip() for line in lines[title:] if line.startswith("│")] == [
+        "passkey", "multikey", "mean", "TTFT cold", "TTFT warm"]
+    assert effective_sentence(exact.document["context"]["effective"]) in lines[title:]
 
 
 def test_cells_never_advertise_a_context_without_a_certificate(default_model):

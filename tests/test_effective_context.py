@@ -4,15 +4,7 @@ effective length within a TTFT budget, cold and warm."""
 from __future__ import annotations
 
 from effctx_core.certify.effective import effective_context, effective_sentence
-
-
-def row(length: int, score: float, cold: float | None = 1000.0, warm: float | None = 100.0) -> dict:
-    return {"length": length, "trials": 4, "score": score, "full": 0, "ci_low": 0.0, "ci_high": 1.0,
-            "needles_resident": 4, "control_trials": 1, "made_up": 0, "cold_ttft_ms": cold, "warm_ttft_ms": warm}
-
-
-def grid(*rows: dict) -> dict:
-    return {"by_length": list(rows), "prompt_tokens": 100, "prefilled": 60, "certified": None}
+from tests.helpers.task_rows import grid, row
 
 
 def test_the_effective_length_is_the_longest_whose_mean_score_and_every_shorter_ones_hold():

@@ -15,6 +15,9 @@ def add_parser(sub) -> None:
     cells = sub.add_parser("cells", help="the certification matrix: each cell (backend x profile x model) certified, "
                                          "uncertified, failed or unsupported here, with its figures")
     add_runtime_options(cells)
+    cells.add_argument("--tasks", action="store_true", help="below the matrix, each certified cell's task families: "
+                                                            "the score at each length, the median TTFT, the effective "
+                                                            "context")
     cells.add_argument("--json", action="store_true")
 
 
@@ -33,7 +36,7 @@ def _effective(effective: dict | None) -> tuple[str, str]:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from effctx_core.certify.matrix import cell_matrix
+    from effctx_core.certify.matrix import CERTIFIED, cell_matrix
 
     profile = profile_from_args(args)
     path = model_from_args(args, profile)
@@ -60,4 +63,15 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     for line in matrix.damaged:
         console.print(f"damaged certificate (left in place): {line}", highlight=False)
+    if args.tasks:
+        from effctx_core.cli.task_table import task_table
+
+        tables = [task_table(row.cell.profile, row.certificate) for row in matrix.rows
+                  if row.status == CERTIFIED and row.certificate is not None]
+        for tasks in tables:
+            if tasks is not None:
+                console.print(tasks)
+        if not any(tables):
+            console.print("no certified cell has task families: `effctx certify` (the full plan) measures them",
+                          highlight=False)
     return 0

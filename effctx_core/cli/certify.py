@@ -55,11 +55,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from effctx_core.backends.registry import get_backend
-    from effctx_core.certify.effective import effective_sentence
     from effctx_core.certify.matrix import here_for, not_counted, stored_documents
     from effctx_core.certify.plan import FULL, LONG, QUICK
     from effctx_core.certify.runner import Certifier, OutOfTime
     from effctx_core.certify.store import CertificateStore
+    from effctx_core.cli.task_table import task_table
 
     if args.profile is None:
         args.profile = _default_profiles()
@@ -118,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
     for c in done:
         resumed = f" (resumed: {', '.join(c.resumed)})" if c.resumed else ""
         console.print(f"{c.profile}: {c.document['reason']}{resumed}", highlight=False)
-        effective = c.document["context"].get("effective")
-        if effective is not None:
-            console.print(f"{c.profile}: {effective_sentence(effective)}", highlight=False)
+        tasks = task_table(c.profile, c.document)
+        if tasks is not None:
+            console.print(tasks)
     return 0
 
 
