@@ -69,7 +69,9 @@ class MemoryFigures:
     """What the process held at most during the cold run, beside what the backend's
     capacity model says the K/V cache takes (modeled, not measured). Bytes."""
 
-    rss_before_open: int  # before the model loaded
+    # Before the run's first model load: the loaded model stays in memory for the next
+    # session of the same file, so every row counts its weights against this.
+    rss_before_open: int
     peak_rss: int  # the highest resident size from the open to the cold answer's end
     weights: int  # the model file
     kv_modeled: int  # the capacity model's K/V bytes for this context
@@ -185,11 +187,11 @@ def run_ttft(model_path: Path, profiles: Sequence[Profile], lengths: Sequence[in
              progress: Callable[[str, int, int], None] = lambda m, d, t: None) -> list[TTFTRow]:
     rows: list[TTFTRow] = []
     total = len(profiles) * len(lengths)
+    rss_before = memory.rss_bytes()
     for profile in profiles:
         for length in lengths:
             progress(f"{profile.name}: {length}-token passkey prompt", len(rows), total)
             memory.reset_peak()
-            rss_before = memory.rss_bytes()
             engine = _opened(model_path, profile)
             try:
                 prompt = passkey_prompt(engine.session.tokenize, length, 0.5, seed=len(rows))
@@ -242,7 +244,7 @@ def ttft_table(rows: Sequence[TTFTRow]) -> str:
     for r in rows:
         m = r.memory
         text = (r.memory_note if m is None else
-                f"peak RSS {_mib(m.peak_rss)} = {_mib(m.rss_before_open)} before the load + {_mib(m.weights)} "
+                f"peak RSS {_mib(m.peak_rss)} = {_mib(m.rss_before_open)} before any load + {_mib(m.weights)} "
                 f"weights + {_mib(m.kv_modeled)} K/V + {_mib(m.rest)} other")
         lines.append(f"  {r.profile:17}{r.prompt_tokens:>7}  {text}")
     notes = {f"{r.profile}: no snapshot figure: {r.snapshot_note}": None for r in rows if r.warm_snapshot is None}
