@@ -60,7 +60,7 @@ def test_the_peak_memory_stands_beside_the_capacity_models_kv_bytes(rows):
     # llama.cpp allocates its cache for the whole context when it makes the context:
     # 2 layers x 2 K/V heads x 32 dims x (K and V) x 2 bytes (f16) x 1,024 positions.
     assert memory.kv_modeled == 2 * 2 * 32 * 2 * 2 * 1024
-    assert row.to_dict()["memory"]["rest"] == memory.peak_rss - memory.rss_before_open - memory.weights - memory.kv_modeled
+    assert row.to_dict()["memory"]["rest"] == memory.peak_rss - memory.rss_before_open - memory.model_file - memory.kv_modeled
 
 
 @pytest.mark.model

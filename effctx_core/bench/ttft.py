@@ -70,17 +70,18 @@ class MemoryFigures:
     capacity model says the K/V cache takes (modeled, not measured). Bytes."""
 
     # Before the run's first model load: the loaded model stays in memory for the next
-    # session of the same file, so every row counts its weights against this.
+    # session of the same file, so every row counts the model against this.
     rss_before_open: int
     peak_rss: int  # the highest resident size from the open to the cold answer's end
-    weights: int  # the model file
+    model_file: int  # the model file on disk (a backend that converts it, OpenVINO, holds its own IR)
     kv_modeled: int  # the capacity model's K/V bytes for this context
 
     @property
     def rest(self) -> int:
-        """What the run held beyond the weights and the modeled K/V cache: compute buffers,
-        the runtime, the tokenizer."""
-        return self.peak_rss - self.rss_before_open - self.weights - self.kv_modeled
+        """What the run held beyond the model file and the modeled K/V cache: compute
+        buffers, the runtime, the tokenizer (and, on OpenVINO, the converted IR's own size
+        over the file's)."""
+        return self.peak_rss - self.rss_before_open - self.model_file - self.kv_modeled
 
 
 @dataclass(frozen=True)
@@ -244,8 +245,8 @@ def ttft_table(rows: Sequence[TTFTRow]) -> str:
     for r in rows:
         m = r.memory
         text = (r.memory_note if m is None else
-                f"peak RSS {_mib(m.peak_rss)} = {_mib(m.rss_before_open)} before any load + {_mib(m.weights)} "
-                f"weights + {_mib(m.kv_modeled)} K/V + {_mib(m.rest)} other")
+                f"peak RSS {_mib(m.peak_rss)} = {_mib(m.rss_before_open)} before any load + {_mib(m.model_file)} model file "
+                f"+ {_mib(m.kv_modeled)} K/V + {_mib(m.rest)} other")
         lines.append(f"  {r.profile:17}{r.prompt_tokens:>7}  {text}")
     notes = {f"{r.profile}: no snapshot figure: {r.snapshot_note}": None for r in rows if r.warm_snapshot is None}
     lines += list(notes)
