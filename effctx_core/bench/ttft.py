@@ -36,7 +36,7 @@ from effctx_core.snapshots import SnapshotStore
 from effctx_core.units import ms_since, ttft_after
 
 ANSWER_TOKENS = 16
-POSITION_SPANS = 4  # the prefill rate is given for each quarter of the prompt
+POSITION_SPANS = 4  # the cold prefill's rate is given over four runs of its chunks
 MIB = 1 << 20
 
 
@@ -139,7 +139,7 @@ def _memory_figures(info: ModelInfo, profile: Profile, tokens: int, rss_before: 
     if kv is None:
         return None, "the backend does not model these K/V types"
     if rss_before is None or peak is None:
-        return None, "this system does not report resident memory"
+        return None, "this system does not report this run's peak resident memory"
     return MemoryFigures(rss_before, peak, info.facts.file_bytes, kv), ""
 
 
@@ -192,7 +192,7 @@ def run_ttft(model_path: Path, profiles: Sequence[Profile], lengths: Sequence[in
     for profile in profiles:
         for length in lengths:
             progress(f"{profile.name}: {length}-token passkey prompt", len(rows), total)
-            memory.reset_peak()
+            peak_is_this_row = memory.reset_peak()
             engine = _opened(model_path, profile)
             try:
                 prompt = passkey_prompt(engine.session.tokenize, length, 0.5, seed=len(rows))
@@ -205,7 +205,8 @@ def run_ttft(model_path: Path, profiles: Sequence[Profile], lengths: Sequence[in
                 snapshots = info.capabilities.state_snapshot
             finally:
                 engine.close()
-            figures, memory_note = _memory_figures(info, profile, prompt_tokens, rss_before, peak)
+            figures, memory_note = _memory_figures(info, profile, prompt_tokens, rss_before,
+                                                  peak if peak_is_this_row else None)
             document = prompt.text[: -len(PASSKEY_QUESTION)]
             # A backend without state snapshots would open a session only to say so.
             snapshot, note = (_snapshot_run(model_path, profile, document, prompt.key) if snapshots.supported
