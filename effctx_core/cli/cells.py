@@ -66,12 +66,12 @@ def run(args: argparse.Namespace) -> int:
     if args.tasks:
         from effctx_core.cli.task_table import task_table
 
-        tables = [task_table(row.cell.profile, row.certificate) for row in matrix.rows
-                  if row.status == CERTIFIED and row.certificate is not None]
+        certified = [(row.cell.profile, row.certificate) for row in matrix.rows
+                     if row.status == CERTIFIED and row.certificate is not None]
+        tables = [t for t in (task_table(profile, doc) for profile, doc in certified) if t is not None]
         for tasks in tables:
-            if tasks is not None:
-                console.print(tasks)
-        if not any(tables):
+            console.print(tasks)
+        if not tables:
             console.print("no certified cell has task families: `effctx certify` (the full plan) measures them",
                           highlight=False)
     return 0
