@@ -111,6 +111,7 @@ BAD_INPUTS = {
     "bench keys of API traffic on a tiny prompt": (["bench", "keys", "--api-traffic", "--prompt-tokens", "3"],
                                                    "--prompt-tokens must be at least 16"),
     "bench keys unknown option": (["bench", "keys", "--bogus"], "unrecognized arguments: --bogus"),
+    "bench keys of an unknown profile": (["bench", "keys", "--profile", "no-such-cell"], "unknown profile 'no-such-cell'"),
 }
 
 

@@ -1,6 +1,7 @@
-"""Checkpoint states written in the background, on the tiny model: a turn returns before
-its state is on disk; everything that reads the store waits for the writes; a failed
-write leaves its node without a state; a crash loses only the states not yet written.
+"""Checkpoint states written in the background, on the tiny model: a turn (and a prefix
+load that missed the prefix cache) returns before its state is on disk; everything that
+reads the store waits for the writes; a failed write leaves its node without a state; a
+crash loses only the states not yet written.
 
 The writer is held with a seam the test controls (HeldWriter): each write waits until
 the engine waits for the writes (a restore, a save, a close: Checkpointer.settle) or the
@@ -54,7 +55,8 @@ class HeldWriter:
             self.finished += 1
 
     def wait(self, futures):
-        self.released.set()
+        if futures:  # a wait with nothing in flight (a settle before a prefix load) holds on
+            self.released.set()
         return futures_wait(futures)
 
 
@@ -69,9 +71,15 @@ def store_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def module_engine(tiny_model, store_root):
+def prefix_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("prefix-cache")
+
+
+@pytest.fixture(scope="module")
+def module_engine(tiny_model, store_root, prefix_root):
     """One model load for the module; each test starts a conversation of its own."""
-    with opened_engine(tiny_model, PROFILE, checkpoints=SnapshotStore(store_root)) as engine:
+    with opened_engine(tiny_model, PROFILE, checkpoints=SnapshotStore(store_root),
+                       prefix_cache=SnapshotStore(prefix_root)) as engine:
         yield engine
 
 
@@ -164,6 +172,42 @@ def test_a_failed_write_leaves_its_node_without_a_state_and_a_restore_recomputes
     engine.complete(" The disk has room again.", REPLY)
     engine.settle()
     assert store.blob_path(current_node(engine).blob).exists()
+
+
+def test_a_prefix_miss_returns_before_its_state_is_stored_and_the_next_load_waits_for_it(engine, held,
+                                                                                       prefix_root):
+    document = "A stable prefix, stored in the background. " * 8
+    loaded = engine.load_prefix(document)
+    assert loaded.cache == "miss" and loaded.key is not None and loaded.message is None
+    assert current_node(engine).blob == loaded.key  # the prefix node names its state at once
+    store = SnapshotStore(prefix_root)
+    assert not store.blob_path(loaded.key).exists() and not held.released.is_set()
+    engine.reset()
+    again = engine.load_prefix(document)
+    assert (again.cache, again.key, again.restored) == ("hit", loaded.key, loaded.tokens)
+    assert store.info(loaded.key).meta == {"kind": "prefix", "text_chars": len(document)}
+
+
+def test_a_prefix_whose_write_fails_says_the_prefix_cache_was_not_written(engine, events, monkeypatch,
+                                                                           prefix_root):
+    def disk_full(fd, parts):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    document = "A stable prefix that a full disk takes. " * 8
+    monkeypatch.setattr(store_module, "_write_parts", disk_full)
+    loaded = engine.load_prefix(document)
+    assert loaded.cache == "miss" and loaded.message is None  # the failure is not known yet
+    node = current_node(engine)
+    engine.settle()
+    monkeypatch.undo()
+    [unsaved] = [e for e in events if isinstance(e, NodeUnsaved)]
+    assert (unsaved.node, unsaved.blob) == (node.id, loaded.key)
+    assert unsaved.message.startswith("prefix cache not written (")
+    assert "No space left on device" in unsaved.message and unsaved.message.endswith("; running without it")
+    assert engine.tree.node(node.id).blob is None
+    assert not SnapshotStore(prefix_root).blob_path(loaded.key).exists()
+    engine.reset()
+    assert engine.load_prefix(document).cache == "miss"  # nothing half-stored is taken for a hit
 
 
 def test_with_two_states_held_the_third_turn_waits_for_room(engine, held):

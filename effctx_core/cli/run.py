@@ -42,6 +42,7 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from effctx_core.engine import SessionEngine
+    from effctx_core.events.trace import NodeUnsaved
 
     prompt = _read_prompt(args)
     inputs = check_run_inputs(args, args.trace)
@@ -53,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
 
         store = SnapshotStore()
     engine = SessionEngine(prepared_model(args, profile), profile, trace_path=args.trace, prefix_cache=store)
+    # The prefix's state is stored in the background; a write that failed is known when
+    # the engine settles (at the latest at close), and said then.
+    unsaved: list[str] = []
+    engine.subscribe(lambda event: unsaved.append(event.message) if isinstance(event, NodeUnsaved) else None)
     try:
         engine.open()
         config = decode_config_from_args(args)
@@ -62,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         result = engine.complete(prompt, config)
     finally:
         engine.close()
+        for message in unsaved:
+            print(f"effctx: {message}", file=sys.stderr)
     # The prefix is part of this run: what the cache restored counts as reused, the rest as
     # prefilled, and its load time is part of the time to the first token.
     prefix_ms = loaded.ms if loaded else 0.0

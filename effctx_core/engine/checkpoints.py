@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from effctx_core.engine.prefill import prefill_runs
 from effctx_core.engine.records import NodeRestore
@@ -60,12 +60,26 @@ def _not_saved(reason: object) -> str:
     return f"state not saved ({reason}); restoring this node will recompute it"
 
 
+def _prefix_not_cached(reason: object) -> str:
+    return f"prefix cache not written ({reason}); running without it"
+
+
 @dataclass(frozen=True)
 class _Write:
     """A node's state on its way to the store."""
 
     tree: SnapshotTree  # the tree the node was added to (a loaded session replaces the engine's)
     node: str
+    key: str
+    future: Future[EntryInfo]
+    unsaved: Callable[[object], str] = _not_saved  # what a failed write says
+
+
+@dataclass(frozen=True)
+class PendingState:
+    """A state written in the background for a store other than the checkpoints' (the
+    prefix cache): its key, known at once, and its write."""
+
     key: str
     future: Future[EntryInfo]
 
@@ -115,14 +129,23 @@ class Checkpointer:
             self._made_blobs.discard(write.key)
             if write.node in write.tree and write.tree.node(write.node).blob == write.key:
                 write.tree.set_blob(write.node, None)
-            self._state.bus.emit(NodeUnsaved, node=write.node, blob=write.key, message=_not_saved(error))
+            self._state.bus.emit(NodeUnsaved, node=write.node, blob=write.key, message=write.unsaved(error))
+
+    def write_prefix(self, store: SnapshotStore, meta: dict) -> PendingState:
+        """The session's state, as it is now, written to the prefix cache in the background
+        (the cold turn's answer does not wait for its fsync). Its node is made with
+        `checkpoint(..., known_blob=pending)`; a failed write takes the state off the node
+        and says the prefix cache was not written."""
+        snap = self._state.session.snapshot()
+        return PendingState(snapshot_key(snap), self._writer.write(store, snap, meta))
 
     def checkpoint(self, kind: str, label: str, turn: TurnText | None, metrics: dict,
-                   known_blob: str | None = None) -> None:
+                   known_blob: str | PendingState | None = None) -> None:
         """A node for the tape as it is now, with the session's state when there is a store.
 
-        Under an evicting policy the cache holds only part of the tape, so no state is
-        saved: a restore of such a node recomputes its tokens."""
+        `known_blob` is a state stored already, or on its way (write_prefix). Under an
+        evicting policy the cache holds only part of the tape, so no state is saved: a
+        restore of such a node recomputes its tokens."""
         self._collect()  # an earlier write that failed is said before this node
         state = self._state
         session, tracker, tree, tape = state.session, state.tracker, state.tree, state.tape
@@ -131,11 +154,16 @@ class Checkpointer:
         parent = tree.find_by_tape(tape) or tree.root
         if parent is None:
             raise EffctxError("the snapshot tree has no root: the engine was not opened")
+        pending: _Write | None = None
+        if isinstance(known_blob, PendingState):
+            pending = _Write(tree, parent.id, known_blob.key, known_blob.future, _prefix_not_cached)
+            known_blob = known_blob.key
         if tree.tape_length(parent.id) == len(tape):
             tree.set_current(parent.id)  # the turn arrived at a node that exists
+            if pending is not None:
+                self._writes.append(pending)  # a failed write is still said
             return
         blob, state_bytes, message = known_blob, 0, None
-        pending: tuple[str, Future[EntryInfo]] | None = None
         costs = session.info.state_costs
         # A turn's state is not saved where restoring it would cost more than recomputing
         # it (states cross a network); a checkpoint the user asks for always is.
@@ -147,14 +175,14 @@ class Checkpointer:
             # The state as the turn left it, now; its write goes on in the background.
             snap = session.snapshot()
             blob, state_bytes = snapshot_key(snap), len(snap.state)
-            pending = (blob, self._writer.write(self.store, snap, {"kind": kind}))
+            pending = _Write(tree, "", blob, self._writer.write(self.store, snap, {"kind": kind}))
             self._made_blobs.add(blob)
         node = tree.add_tape(
             parent.id, tape, kind, session.info.identity.digest(), label=label,
             residency={**tracker.report().to_dict(), "segments": segments_to_json(tracker.segments_from())}, metrics={**metrics, "bytes": state_bytes}, blob=blob, turn=turn,
         )
         if pending is not None:
-            self._writes.append(_Write(tree, node.id, *pending))
+            self._writes.append(replace(pending, node=node.id))
         state.bus.emit(NodeAdded, node=node.id, parent=node.parent or "", tokens=len(tape), blob=blob or "",
                        message=message or "", conversation=metrics.get("conversation", ""), label=label)
 

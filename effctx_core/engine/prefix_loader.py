@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from effctx_core.engine.checkpoints import Checkpointer
+from effctx_core.engine.checkpoints import Checkpointer, PendingState
 from effctx_core.engine.prefill import prefill
 from effctx_core.engine.records import PrefillCancelled, PrefixLoad
 from effctx_core.engine.state import EngineState
@@ -12,7 +12,7 @@ from effctx_core.errors import EffctxError
 from effctx_core.events.trace import PrefixCacheLookup
 from effctx_core.residency import Segment
 from effctx_core.residency.tracker import SegmentRun
-from effctx_core.snapshots import SnapshotError, SnapshotStore, load_snapshot, save_snapshot
+from effctx_core.snapshots import SnapshotError, SnapshotStore, load_snapshot
 from effctx_core.units import ms_since
 
 
@@ -86,18 +86,19 @@ class PrefixLoader:
         if tracker.report().resident_tokens < len(tokens):
             # The policy evicted part of it: the cache holds no state for the whole prefix.
             return self._loaded(result, tokens, restored, t0, None, message)
-        try:
-            saved: str | None = save_snapshot(store, session.snapshot(), meta={"kind": "prefix", "text_chars": len(text)}).key
-        except SnapshotError as exc:
-            saved, message = None, f"prefix cache not written ({exc}); running without it"
-        return self._loaded(result, tokens, restored, t0, saved, message)
+        # Written in the background: the first answer does not wait for the state's fsync.
+        # A write that fails says so when the engine settles (a NodeUnsaved event, before
+        # the next use of the store and at close).
+        pending = self._checkpointer.write_prefix(store, meta={"kind": "prefix", "text_chars": len(text)})
+        return self._loaded(result, tokens, restored, t0, pending, message)
 
-    def _loaded(self, cache: str, tokens: list[int], restored: int, t0: int, key: str | None,
+    def _loaded(self, cache: str, tokens: list[int], restored: int, t0: int, stored: str | PendingState | None,
                 message: str | None) -> PrefixLoad:
+        key = stored.key if isinstance(stored, PendingState) else stored
         load = PrefixLoad(cache, len(tokens), ms_since(t0), key, message, restored)
         self._checkpointer.checkpoint("prefix", f"prefix ({cache})", None, {
             "prefilled": load.computed, "reused": restored, "load_ms": round(load.ms, 3),
-        }, known_blob=key)
+        }, known_blob=stored)
         self._state.bus.emit(PrefixCacheLookup, result=cache, tokens=load.tokens, ms=round(load.ms, 3), key=key or "",
                              message=message or "", restored=restored)
         return load

@@ -75,14 +75,12 @@ def _ask(base_url: str, text: str) -> None:
         raise EffctxError(f"the client's request failed: {exc}") from None
 
 
-async def _measure(prompt_tokens: int, api_traffic: bool) -> dict:
+async def _measure(prompt_tokens: int, api_traffic: bool, profile: Profile) -> dict:
     from textual import events
     from textual.widgets import Input, ProgressBar
 
-    from effctx_core.backends.profile_loader import load_profile
     from effctx_tui.app import EffctxApp
 
-    profile = load_profile(None)
     profile = profile.with_changes(n_ctx=context_for(profile, prompt_tokens))
     # The prompt leaves room for the chat template's tokens and the one-token reply.
     prompt_tokens = min(prompt_tokens, profile.n_ctx - PROMPT_ROOM)
@@ -153,6 +151,7 @@ async def _measure(prompt_tokens: int, api_traffic: bool) -> dict:
         "prompt_tokens_prefilled": result.prefilled,
         "prefill_ms": result.prefill_ms,
         "turn_ms": ms_between(submitted, turn_done),
+        "profile": profile.name,
         "n_ctx": profile.n_ctx,
         "threads": profile.n_threads,
     }
@@ -168,20 +167,26 @@ def context_for(profile: Profile, prompt_tokens: int) -> int:
     return min(trained, max(10240, prompt_tokens + 2048))
 
 
-def run_keys_benchmark(prompt_tokens: int = 8192, api_traffic: bool = False) -> dict:
-    return asyncio.run(_measure(prompt_tokens, api_traffic))
+def run_keys_benchmark(prompt_tokens: int = 8192, api_traffic: bool = False, profile: str | None = None) -> dict:
+    from effctx_core.backends.profile_loader import load_profile
+
+    return asyncio.run(_measure(prompt_tokens, api_traffic, load_profile(profile)))
 
 
 def _run_checked(opts) -> dict:
     if opts.prompt_tokens < 16:
         raise EffctxError("--prompt-tokens must be at least 16")
+    if opts.profile is not None:
+        from effctx_core.backends.profile_loader import load_profile
+
+        load_profile(opts.profile)  # an unknown or invalid profile is one line, before the model loads
     if opts.api_traffic:
         try:
             import openai  # noqa: F401 - checked before the model loads
         except ImportError:
             raise EffctxError("--api-traffic sends its prompt with the openai client, which is not installed "
                               "(pip install 'effctx[bench]')") from None
-    return run_keys_benchmark(opts.prompt_tokens, opts.api_traffic)
+    return run_keys_benchmark(opts.prompt_tokens, opts.api_traffic, opts.profile)
 
 
 MODES = {
@@ -196,7 +201,7 @@ def _table(result: dict) -> list[str]:
     lines = [
         f"mode: {result['mode']} ({MODES[result['mode']]})",
         f"prefill: {format_counted(result['prompt_tokens_prefilled'], 'token')} in {format_ms(result['prefill_ms'])} "
-        f"(n_ctx {format_count(result['n_ctx'])}, {result['threads']} threads; "
+        f"({result['profile']}, n_ctx {format_count(result['n_ctx'])}, {result['threads']} threads; "
         f"whole {turn} {format_ms(result['turn_ms'])})",
         f"keys: {result['keys_sent']} sent {format_ms(SPACING_S * 1000)} apart, "
         f"{result['keys_sent_during_prefill']} of them while the {turn} ran, {result['keys_never_shown']} never shown",
@@ -210,6 +215,7 @@ def _table(result: dict) -> list[str]:
 def main(argv: list[str]) -> int:
     parser = OneLineParser(prog="effctx bench keys", description="time typed keys on screen during a long prefill")
     parser.add_argument("--prompt-tokens", type=int, default=8192, metavar="N")
+    parser.add_argument("--profile", metavar="P", help="the cell the console runs (default: the default profile)")
     parser.add_argument("--api-traffic", action="store_true",
                         help="serve the console's endpoint and send the prompt through it with the openai client")
     return bench_command(parser, argv, _run_checked, _table)
