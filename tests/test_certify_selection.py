@@ -10,7 +10,8 @@ from effctx_core.certify.certificate import example_document
 from effctx_core.certify.matrix import CERTIFIED, FAILED, UNCERTIFIED, Matrix, MatrixRow
 from effctx_core.certify.schema import check_document
 from effctx_core.certify.selection import SelectionError, select_profile
-from effctx_core.certify.verdict import verdicts
+from effctx_core.certify.verdict import Verdict, verdicts
+from effctx_core.cli.bench import verdict_lines
 
 
 def certificate(profile: str, wall_ms: float, ttft_ms: list[float], certified: int, decode_tps: float,
@@ -143,3 +144,13 @@ def test_a_faster_cell_at_length_with_a_lower_task_score_is_not_kept_for_it():
     found = {v.profile: v for v in verdicts(Matrix((row("exact", doc=base), row("q8", doc=fast)), ()))}
     assert found["q8"].verdict == "drop"
     assert found["q8"].evidence[2] == ("TTFT at 16,384 tokens: task score 0.50 against 0.90, not the same quality")
+
+
+def test_the_verdict_columns_fit_the_longest_names():
+    found = [Verdict("exact", "llama", "baseline", ()),
+             Verdict("llama-server", "llama-server", "drop", ("drop: no step function over the baseline",))]
+    assert verdict_lines(found) == [
+        "exact         llama         baseline",
+        "llama-server  llama-server  drop",
+        "    drop: no step function over the baseline",
+    ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from effctx_core.bench.api_run import SERVERS
 from effctx_core.cli.options import (
@@ -22,6 +22,9 @@ from effctx_core.cli.options import (
     step_progress,
 )
 from effctx_core.errors import EffctxError
+
+if TYPE_CHECKING:
+    from effctx_core.certify.verdict import Verdict
 
 # A benchmark a front end runs (the console's redraw and key timings, drawn with Textual):
 # its help line and its own entry point, which takes the rest of the command line.
@@ -300,8 +303,17 @@ def cmd_bench_verdict(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([v.to_dict() for v in found], indent=2))
         return 0
-    for v in found:
-        print(f"{v.profile:17}{v.backend:10}{v.verdict}")
-        for line in v.evidence:
-            print(f"    {line}")
+    print("\n".join(verdict_lines(found)))
     return 0
+
+
+def verdict_lines(found: Sequence[Verdict]) -> list[str]:
+    """Each cell's verdict in columns as wide as their longest name (a profile or backend
+    name of any length keeps its gap), then its evidence."""
+    profile_width = max((len(v.profile) for v in found), default=0) + 2
+    backend_width = max((len(v.backend) for v in found), default=0) + 2
+    lines = []
+    for v in found:
+        lines.append(f"{v.profile:{profile_width}}{v.backend:{backend_width}}{v.verdict}")
+        lines += [f"    {line}" for line in v.evidence]
+    return lines
