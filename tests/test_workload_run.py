@@ -1,7 +1,10 @@
 """`bench run`: a workload through the engine beside the library's own control, on the
-real default model (llama.cpp, and openvino-genai's paged pipeline)."""
+real default model (llama.cpp, and openvino-genai's paged pipeline), and on the tiny model
+where only the accounting matters."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -9,6 +12,7 @@ from effctx_core.backends.profile_loader import load_profile
 from effctx_core.bench.workload_run import run_workload
 from effctx_core.bench.workloads import load_workload
 from tests.helpers.small_workload import write_small_workload
+from tests.helpers.tiny_gguf import write_tiny_llama_gguf
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +97,15 @@ def test_without_snapshots_a_branch_sends_the_conversation_again_and_keeps_what_
     (branch,) = by_kind(paged, "branch")
     assert branch.how == f"diverges from the resident tape at token {edit.reused}"
     assert (branch.reused, branch.computed) == (edit.reused, branch.prompt_tokens - edit.reused)
+
+
+def test_on_an_evicting_cell_the_prefix_a_turn_loaded_is_computed_work_even_where_the_window_left_it(tmp_path, small):
+    # A window of 64 tokens behind the small workload's prefix of more than twice that:
+    # the tokens the prefix load computed are mostly gone when the first message is read.
+    tiny = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    streaming = load_profile("streaming")
+    window = streaming.with_changes(n_ctx=256, residency=replace(streaming.residency, recent_tokens=60, budget=64))
+    report = run_workload(tiny, window, small, control=False)
+    cold = report.turns[0]
+    assert cold.prompt_tokens > 2 * 64
+    assert (cold.reused, cold.computed) == (0, cold.prompt_tokens)

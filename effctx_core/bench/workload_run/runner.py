@@ -91,7 +91,10 @@ class _Run:
             run = self.baseline.control(prompt, turn.max_tokens, self.workload.framing.stop)
             control = ControlTurn.of(run, reply_ids)
         self.turns.append(TurnRun(
-            label=label, kind=kind, prompt_tokens=len(prompt), reused=result.reused - lead_computed,
+            # The lead's computed tokens the engine reports as reused are this turn's own
+            # work. On an evicting cell fewer of them are still resident than the lead
+            # computed (the window moved on), and none of the rest was reused: never below 0.
+            label=label, kind=kind, prompt_tokens=len(prompt), reused=max(0, result.reused - lead_computed),
             computed=result.prefilled + lead_computed, dropped=result.dropped, ttft_ms=ttft_after(lead_ms, result.ttft_ms),
             prefill_tps=result.prefill_tps, decode_tps=result.decode_tps, generated=result.generated, wall_ms=wall,
             reply=result.text, correct=turn.grade(result.text), how=how or result.prefix_reason, control=control,
