@@ -170,3 +170,19 @@ def test_an_error_before_the_turn_starts_is_an_event_too(default_model):
     with pytest.raises(EffctxError, match="no open session"):
         engine.chat("Hello")
     assert [(e.kind, e.error) for e in seen] == [("error", "EffctxError")]
+
+
+def test_a_cold_reset_empties_the_session_at_once_and_the_next_turn_reuses_nothing(engine):
+    engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+    engine.reset(keep_shared=False)
+    assert engine.session.tokens == ()
+    again = engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+    assert (again.reused, again.dropped) == (0, 0) and again.prefilled == len(engine.tape) - again.generated
+
+
+def test_a_reset_that_keeps_what_is_shared_leaves_the_session_until_the_next_turn(engine):
+    first = engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+    engine.reset()
+    assert len(engine.session.tokens) == first.prefilled + first.generated
+    again = engine.complete("The capital of France is", DecodeConfig(max_tokens=4))
+    assert again.reused == first.prefilled - 1  # all but the last prompt token, whose logits start the reply

@@ -147,6 +147,40 @@ def test_the_paged_cache_size_is_the_modeled_one(tiny, kind):
         session.close()
 
 
+@pytest.fixture
+def prefix_cached(tiny):
+    """A paged session with the pipeline's prefix cache, a 192-token prompt prefilled in
+    three 64-token scheduler steps."""
+    session = BACKEND.open(tiny, ov_profile(pipeline="paged", enable_prefix_caching=True))
+    assert isinstance(session, OpenVINOPagedSession)
+    prompt = session.tokenize("the pipeline keeps whole blocks of an earlier prompt " * 20, True)[:192]
+    assert len(prompt) == 192 and scheduler_steps(session, prompt) == 3
+    try:
+        yield session, prompt
+    finally:
+        session.close()
+
+
+def scheduler_steps(session: OpenVINOPagedSession, prompt: list[int]) -> int:
+    """How many scheduler steps ensure_prefix took to make `prompt` resident: one per
+    prefill chunk the pipeline computed, none for the blocks its prefix cache served."""
+    chunks: list[object] = []
+    session.ensure_prefix(prompt, chunks.append)
+    return len(chunks)
+
+
+def test_a_paged_session_cut_back_to_a_shared_start_reuses_the_pipelines_blocks(prefix_cached):
+    session, prompt = prefix_cached
+    session.ensure_prefix(prompt[:1])
+    assert scheduler_steps(session, prompt) == 1
+
+
+def test_a_paged_session_emptied_starts_cold_with_nothing_of_the_pipelines_cache(prefix_cached):
+    session, prompt = prefix_cached
+    session.ensure_prefix([])
+    assert scheduler_steps(session, prompt) == 3
+
+
 def test_run_on_an_openvino_profile_answers_on_the_command_line(tiny):
     out = subprocess.run([EFFCTX, "run", "--profile", "ov-exact", "--model", str(tiny), "--n-ctx", "256",
                           "--max-tokens", "4", "--prompt", "Hello", "--json"], capture_output=True, text=True, timeout=300)

@@ -204,6 +204,11 @@ class SessionEngine:
             self._state.left, self._state.tape = (self._state.tape if keep_shared else []), []
             if self._state.cell is not None:
                 self._state.tracker.reset()
+                if not keep_shared:
+                    # Emptied now, not by the next turn: what emptying costs (a runtime
+                    # whose own prefix cache only a new pipeline empties) is no part of
+                    # that turn, whose time to first token is a cold start's.
+                    self.session.ensure_prefix([])
 
     def cancel(self) -> None:
         """Stop the running turn (its prefill between two chunks, its decode after the

@@ -76,16 +76,23 @@ class OpenVINOPagedSession(CacheSession):
         options = options_of(profile)
         self._n_batch = profile.n_batch
         self._prefix_caching = options.enable_prefix_caching
-        try:
-            self._pipeline = genai.ContinuousBatchingPipeline(
-                str(ir.path), scheduler_config(profile, options), DEVICE, plugin_config(profile, options))
-        except RuntimeError as exc:
-            raise EffctxError(f"openvino-genai could not open {ir.path}: {first_line(exc)}") from None
+        self._ir_path = ir.path
+        self._scheduler = scheduler_config(profile, options)
+        self._plugin = plugin_config(profile, options)
+        self._pipeline = self._open_pipeline()
+        # Whether the pipeline's prefix cache may hold blocks of an earlier request.
+        self._holds_blocks = False
         self._request_ids = itertools.count()
         self._last_request: RuntimeCounts | None = None
         self._info = model_info(vocab, profile, backend_version,
                                 f"converted IR {ir.path} ({ir.manifest['weights']}), openvino-genai paged pipeline")
         self.identity = self._info.identity
+
+    def _open_pipeline(self) -> genai.ContinuousBatchingPipeline:
+        try:
+            return genai.ContinuousBatchingPipeline(str(self._ir_path), self._scheduler, DEVICE, self._plugin)
+        except RuntimeError as exc:
+            raise EffctxError(f"openvino-genai could not open {self._ir_path}: {first_line(exc)}") from None
 
     def _generation_config(self, max_new_tokens: int, decode: DecodeConfig | None = None) -> genai.GenerationConfig:
         config = genai.GenerationConfig()
@@ -103,6 +110,7 @@ class OpenVINOPagedSession(CacheSession):
 
     def _submit(self, tokens: Sequence[int], config: genai.GenerationConfig) -> Any:
         ids = ov.Tensor(np.asarray([tokens], dtype=np.int64))
+        self._holds_blocks = self._prefix_caching
         try:
             return self._pipeline.add_request(next(self._request_ids), ids, config)
         except RuntimeError as exc:
@@ -176,6 +184,17 @@ class OpenVINOPagedSession(CacheSession):
         # Nothing to cut: the next request is the shorter tape, and the prefix cache
         # serves whatever blocks of it it still holds.
         del self._tape.resident[keep:]
+        if keep == 0 and self._holds_blocks:
+            # An empty tape is a cold start, but the pipeline's prefix cache would still
+            # serve the start of an earlier prompt, and openvino-genai has no call that
+            # empties it: a new pipeline does. The old one goes first, so the two caches
+            # are never allocated at once.
+            del self._pipeline
+            try:
+                self._pipeline = self._open_pipeline()
+            except EffctxError as exc:
+                raise self._poison(str(exc)) from None
+            self._holds_blocks = False
 
     # ------------------------------------------------------------------ decoding
 
