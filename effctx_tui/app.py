@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from textual import work
 
-from effctx_core.api.client import EndpointConversation
+from effctx_core.api.client import EndpointConsole
 from effctx_core.bench.cell import CellBenchPlan
 from effctx_core.cancel import CancelToken
 from effctx_core.engine import ConsoleEngine, PrefillCancelled, SessionEngine
@@ -61,7 +61,7 @@ class EffctxApp(ConsoleApp):
         replay_speed: float = 1.0,
         replay_paused: bool = False,
         follow: TraceFollower | None = None,
-        talk: EndpointConversation | None = None,
+        talk: EndpointConsole | None = None,
         theme: str | None = None,
         prefix_text: str | None = None,
         prefix_name: str = "prefix",

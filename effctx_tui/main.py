@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warn(checked.warnings)
     for note in checked.notes:
         print(f"effctx: {note}", file=sys.stderr)
-    from effctx_core.api.client import EndpointConversation
+    from effctx_core.api.client import EndpointConsole
     from effctx_tui.app import USER_CACHE, EffctxApp
 
     api_socket = None
@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"effctx: error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
     if checked.replay is not None:
-        talk = EndpointConversation(opts.endpoint.rstrip("/"), os.environ.get(ENDPOINT_KEY_ENV)) if opts.endpoint else None
+        talk = EndpointConsole(opts.endpoint.rstrip("/"), os.environ.get(ENDPOINT_KEY_ENV)) if opts.endpoint else None
         app = EffctxApp(replay=checked.replay, replay_speed=opts.speed, follow=checked.follow, talk=talk)
     else:
         profile = checked.profile

@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from effctx_core.events.reader import read_trace
+from effctx_core.snapshots.tree_file import read_tree_file
 from effctx_tui import serve as serve_mod
 from effctx_tui.options import ENDPOINT_KEY_ENV
 from tests.helpers import headless_chromium
@@ -346,4 +347,12 @@ async def test_a_browser_tab_of_serve_api_watches_the_endpoint_and_sends_its_tur
         await page.call("Input.insertText", text="typed in the tab")
         await page.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter",
                         windowsVirtualKeyCode=13, text="\r")
-        await page.wait_for(f"{terminal}.includes('request: typed in the tab')", timeout=30)
+        # A turn of the tab's own conversation, in the engine the serve process runs: its
+        # node is in the conversations that process keeps, and the tab shows the turn.
+        kept = tmp_path / "data" / "effctx" / "api"
+        deadline = time.monotonic() + 30
+        while not any(node.turn is not None and node.turn.input == "typed in the tab"
+                      for path in kept.glob("conversations-*.json") for node in read_tree_file(path)):
+            assert time.monotonic() < deadline, "the tab's turn did not reach the engine"
+            await asyncio.sleep(0.2)
+        await page.wait_for(f"{terminal}.includes('typed in the tab')", timeout=30)

@@ -1,4 +1,5 @@
-"""The ASGI app: OpenAI's routes over one EngineService.
+"""The ASGI app: OpenAI's routes over one EngineService, and effctx's own two for a
+console that watches the engine (a turn from a node, a restore: api/console_turns.py).
 
 Requests queue for the one engine in arrival order. A stream sends the reply as it is
 decoded (SSE, ending `data: [DONE]`); a client that goes away cancels its request at the
@@ -15,7 +16,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,9 +25,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from effctx_core.api import DEFAULT_MAX_BODY, errors
+from effctx_core.api.console_turns import console_restore, console_turn
 from effctx_core.api.errors import ApiError
 from effctx_core.api.logline import log_line
-from effctx_core.api.models import ChatCompletionRequest, CompletionRequest, param_of
+from effctx_core.api.models import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ConsoleTurnRequest,
+    NodeRestoreRequest,
+    param_of,
+)
 from effctx_core.api.responses import (
     chat_completion,
     chunk,
@@ -38,12 +46,14 @@ from effctx_core.api.responses import (
 )
 from effctx_core.api.serving import Delta, Served, new_id, serve_chat, serve_completion, tool_call_json
 from effctx_core.cancel import CancelToken
-from effctx_core.engine.service import EngineService, Job, ServiceState
+from effctx_core.engine.service import EngineService, Job, JobFn, ServiceState
 from effctx_core.engine.session_engine import SessionEngine
 from effctx_core.errors import EffctxError, EngineLoadFailed, QueueFull, ServiceStopping, SessionFatalError
 from effctx_core.events.trace import RequestQueued, RequestServed
 
 log = logging.getLogger("effctx.api")
+
+T = TypeVar("T")
 
 BODY_CHUNK_TIMEOUT_S = 10.0  # the longest wait for the next piece of a request's body
 
@@ -187,8 +197,16 @@ def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
         if status.state is not ServiceState.READY:
             raise errors.unavailable("the server is stopping")
 
-    def _submit(fn: Callable[[SessionEngine, CancelToken], Served], rid: str, endpoint: str) -> Job[Served]:
+    def _enqueue(job: JobFn[T]) -> Job[T]:
         _ready()
+        try:
+            return service.submit(job)
+        except QueueFull as exc:
+            raise errors.queue_full(service.status.queued, settings.retry_after) from exc
+        except ServiceStopping as exc:
+            raise errors.unavailable(str(exc)) from exc
+
+    def _submit(fn: Callable[[SessionEngine, CancelToken], Served], rid: str, endpoint: str) -> Job[Served]:
         after = settings.after_request
         t0 = time.perf_counter()
 
@@ -208,12 +226,7 @@ def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
                 after(engine)
             return served
 
-        try:
-            submitted = service.submit(job)
-        except QueueFull as exc:
-            raise errors.queue_full(service.status.queued, settings.retry_after) from exc
-        except ServiceStopping as exc:
-            raise errors.unavailable(str(exc)) from exc
+        submitted = _enqueue(job)
         engine = service.engine
         if engine is not None:
             status = service.status
@@ -255,6 +268,37 @@ def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Response:
         return await _answer(request, req, serve_completion, text_completion, new_id("cmpl"), False)
+
+    async def _console(request: Request, work: Callable[[SessionEngine], dict]) -> Response:
+        """A watching console's command (api/console_turns.py), in the queue as a request is."""
+        after = settings.after_request
+
+        def job(engine: SessionEngine, _token: CancelToken) -> dict:
+            try:
+                answer = work(engine)
+            except SessionFatalError:
+                engine.reopen()  # as after a request: the next one gets a fresh session
+                raise
+            if after is not None:
+                after(engine)
+            return answer
+
+        submitted = _enqueue(job)
+        if not await _finished(asyncio.wrap_future(submitted.future), request):
+            service.cancel(submitted)
+            return Response(status_code=499)
+        exc = submitted.future.exception()
+        if exc is not None:
+            raise _failure(exc)
+        return JSONResponse(submitted.future.result())
+
+    @app.post("/v1/effctx/turn")
+    async def turn(req: ConsoleTurnRequest, request: Request) -> Response:
+        return await _console(request, lambda engine: console_turn(engine, req))
+
+    @app.post("/v1/effctx/restore")
+    async def restore(req: NodeRestoreRequest, request: Request) -> Response:
+        return await _console(request, lambda engine: console_restore(engine, req))
 
     return Guard(app, settings)
 

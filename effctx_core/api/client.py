@@ -1,14 +1,17 @@
-"""A console's own conversation sent to an effctx endpoint as chat requests: what a
-browser console of `effctx serve --api` types goes through the endpoint's queue as any
-client's request does. Standard library only: the console needs no HTTP client package."""
+"""A watching console's own conversation on the engine an effctx endpoint serves: what a
+browser tab of `effctx serve --api` (or `effctx --watch FILE --endpoint URL`) types goes
+through the endpoint's queue as any client's request does, and its restores and branches
+too (effctx's routes beside OpenAI's: api/console_turns.py). Standard library only: the
+console needs no HTTP client package."""
 
 from __future__ import annotations
 
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from effctx_core.engine.records import NodeRestore
 from effctx_core.errors import EffctxError
 
 # A turn may wait in the queue behind other clients' requests before its own prefill.
@@ -20,35 +23,46 @@ class EndpointError(EffctxError):
 
 
 @dataclass
-class EndpointConversation:
+class EndpointConsole:
     base_url: str  # http://HOST:PORT/v1
     key: str | None = None
-    messages: list[dict] = field(default_factory=list)
+    # The console's conversation: the node its next turn goes on from (None: a new one).
+    node: str | None = None
 
     def say(self, text: str, max_tokens: int) -> str:
-        """Send `text` after the conversation so far; the reply, which the conversation keeps."""
-        asked = [*self.messages, {"role": "user", "content": text}]
-        body = json.dumps({"model": "effctx", "messages": asked, "max_tokens": max_tokens,
-                           "temperature": 0}).encode()
+        """A turn after the console's node; the reply. The turn's node is the console's from now on."""
+        answer = self._post("turn", {"text": text, "node": self.node, "max_tokens": max_tokens})
+        self.node = str(answer["node"])
+        return str(answer["reply"])
+
+    def restore(self, node: str) -> NodeRestore:
+        """Restore `node` in the engine; the console's next turn branches from it."""
+        answer = self._post("restore", {"node": node})
+        self.node = node
+        return NodeRestore(node, str(answer["mode"]), int(answer["tokens"]), int(answer["recomputed"]),
+                           float(answer["ms"]), str(answer["reason"]))
+
+    def forget(self) -> None:
+        """Start a new conversation at the next turn."""
+        self.node = None
+
+    def _post(self, route: str, payload: dict) -> dict:
         headers = {"Content-Type": "application/json"}
         if self.key:
             headers["Authorization"] = f"Bearer {self.key}"
-        request = urllib.request.Request(f"{self.base_url}/chat/completions", body, headers, method="POST")
+        request = urllib.request.Request(f"{self.base_url}/effctx/{route}", json.dumps(payload).encode(), headers,
+                                         method="POST")
         try:
             with urllib.request.urlopen(request, timeout=REPLY_TIMEOUT_S) as response:
                 answer = json.load(response)
         except urllib.error.HTTPError as exc:
-            raise EndpointError(f"the endpoint refused the turn ({exc.code}): {_message(exc)}") from None
+            raise EndpointError(f"the endpoint refused the {route} ({exc.code}): {_message(exc)}") from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise EndpointError(f"the endpoint {self.base_url} did not answer: {reason}") from None
-        reply = answer["choices"][0]["message"].get("content") or ""
-        self.messages = [*asked, {"role": "assistant", "content": reply}]
-        return reply
-
-    def forget(self) -> None:
-        """Start a new conversation."""
-        self.messages = []
+        if not isinstance(answer, dict):
+            raise EndpointError(f"the endpoint {self.base_url} answered the {route} with no object")
+        return answer
 
 
 def _message(error: urllib.error.HTTPError) -> str:

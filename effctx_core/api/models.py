@@ -251,6 +251,19 @@ class CompletionRequest(_Sampling):
         return _neutral("best_of", value, (1, None))
 
 
+class ConsoleTurnRequest(_Strict):
+    """A console's turn on the watched engine (effctx's own route, api/console_turns.py)."""
+
+    text: Annotated[str, Field(min_length=1)]
+    # The node the turn goes on from; None: a new conversation.
+    node: str | None = None
+    max_tokens: Annotated[int, Field(ge=1)] = 256
+
+
+class NodeRestoreRequest(_Strict):
+    node: str
+
+
 # Names pydantic puts into an error's location for a union member or a discriminator tag:
 # not fields, so not part of the parameter a client sent.
 _TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict", "none", "system", "developer", "user", "assistant",

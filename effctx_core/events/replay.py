@@ -219,9 +219,17 @@ class ReplayEngine:
         said = TurnText(self._input, self._reply)
         # A request's node says its conversation where the live one did, in its metrics.
         metrics = {"conversation": event.conversation} if event.conversation else None
+        # The recorded id where it is free, so that an id the recorded engine gives (a
+        # restore's, or one a watching console sends it) names the same node here.
+        own_id = event.node if event.node and event.node not in self.tree else None
         node = self.tree.add(parent, (0,) * own, "turn", self._opened.identity, label=event.label or said.label,
-                             turn=said, metrics=metrics, created=self._opened.started + event.t_ms / 1000)
+                             turn=said, metrics=metrics, created=self._opened.started + event.t_ms / 1000,
+                             node_id=own_id)
         self._node_ids[event.node] = node.id
+
+    def recorded_node(self, node_id: str) -> str | None:
+        """The recorded engine's id of this tree's node `node_id` (None: the root, or none)."""
+        return next((recorded for recorded, ours in self._node_ids.items() if ours == node_id and recorded), None)
 
     def _resize(self, n: int) -> None:
         if n <= len(self._tape):

@@ -340,11 +340,14 @@ class SnapshotTree:
         *,
         created: float | None = None,
         make_current: bool = True,
+        node_id: str | None = None,
     ) -> Node:
         """Add a child of `parent_id` whose tape is the parent's plus `own_tokens`.
 
         `parent_id` None adds the root (only into an empty tree). The new node becomes
         `current` unless `make_current` is False: adding is what the session just did.
+        `node_id`: the node's id when it must be one another tree gave it (a replay names
+        its nodes as the recorded engine did); the next free id otherwise.
         """
         if parent_id is None:
             if self._root is not None:
@@ -361,10 +364,12 @@ class SnapshotTree:
             raise SnapshotTreeError("blob key must be a non-empty string or None")
         if turn is not None and not isinstance(turn, TurnText):
             raise SnapshotTreeError("a node's turn must be a TurnText or None")
+        if node_id is not None and (not node_id or node_id in self._nodes):
+            raise SnapshotTreeError(f"node id {node_id!r} is empty or taken")
         while f"n{self._next_id}" in self._nodes:  # only possible with a hand-edited file
             self._next_id += 1
         node = Node(
-            id=f"n{self._next_id}",
+            id=f"n{self._next_id}" if node_id is None else node_id,
             parent=parent_id,
             label=label,
             created=self._clock() if created is None else float(created),
@@ -376,7 +381,8 @@ class SnapshotTree:
             blob=blob,
             turn=turn,
         )
-        self._next_id += 1
+        if node_id is None:
+            self._next_id += 1
         self._insert(node)
         if make_current:
             self._current = node.id

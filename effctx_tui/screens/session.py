@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
@@ -59,7 +60,7 @@ from effctx_tui.widgets.status_line import StatusLine
 from effctx_tui.widgets.transcript import Transcript
 
 if TYPE_CHECKING:
-    from effctx_core.api.client import EndpointConversation
+    from effctx_core.api.client import EndpointConsole
     from effctx_core.cells import Cell
     from effctx_core.profiles import Profile
     from effctx_tui.replay_player import ReplayPlayer
@@ -105,7 +106,7 @@ class ConsoleHost(Protocol):
     prefix_name: str
     session_name: str | None  # the name the tree is saved under (None: not saved)
     bench_plan: CellBenchPlan
-    talk: EndpointConversation | None  # a watching console's turns go to the watched endpoint (`--endpoint`)
+    talk: EndpointConsole | None  # a watching console's turns go to the watched endpoint (`--endpoint`)
 
     @property
     def endpoint_address(self) -> str | None:
@@ -239,6 +240,8 @@ class SessionScreen(Screen):
         """Whether a key acts now; one that cannot is hidden, so the footer offers only the
         keys that act (busy, loading and ready change; refresh_bindings follows them)."""
         if self._replay is not None:
+            if action == "new_conversation" and self.effctx_app.talk is not None:
+                return not self.busy  # the console's own conversation on the watched engine
             return self._replay.allows(action, parameters)
         if ReplayControls.owns(action):
             return False
@@ -367,10 +370,28 @@ class SessionScreen(Screen):
         if engine is None:
             return
         screen = SnapshotsScreen(
-            engine.tree, detokenize=engine.detokenize, tokens_known=engine.tokens_known, restore=engine.restore_node if engine.can_run else None,
+            engine.tree, detokenize=engine.detokenize, tokens_known=engine.tokens_known, restore=self._restorer(),
             restores=self.restores, is_busy=lambda: self.busy, events=engine, missing_states=engine.missing_states,
         )
         self.app.push_screen(screen, self._snapshots_closed)
+
+    def _restorer(self) -> Callable[[str], NodeRestore] | None:
+        """How the snapshots screen restores a node: in the console's own engine, or, for a
+        console that watches an endpoint's engine, in that engine through the endpoint (the
+        console's next turn then goes on from the node); a replay restores nothing."""
+        engine, talk = self.effctx_app.engine, self.effctx_app.talk
+        if engine is not None and engine.can_run:
+            return engine.restore_node
+        if talk is None or self._replay is None:
+            return None
+        recorded = self._replay.player.engine
+
+        def restore(node_id: str) -> NodeRestore:
+            there = recorded.recorded_node(node_id)
+            if there is None:
+                raise EffctxError(f"{node_id} is not a node of the watched engine")
+            return replace(talk.restore(there), node=node_id)
+        return restore
 
     def action_cells(self) -> None:
         engine = self.effctx_app.engine
@@ -578,7 +599,7 @@ class SessionScreen(Screen):
         self.query_one(Transcript).add_user(text)
         self.run_turn(text)
 
-    def _send(self, talk: EndpointConversation, prompt: Input, text: str) -> None:
+    def _send(self, talk: EndpointConsole, prompt: Input, text: str) -> None:
         """A watching console's turn: a request to the endpoint, whose engine's events
         show it here as any client's."""
         if self.busy:
@@ -589,7 +610,7 @@ class SessionScreen(Screen):
         self._say_to_endpoint(talk, text)
 
     @work(thread=True, group="turn", exit_on_error=False)
-    def _say_to_endpoint(self, talk: EndpointConversation, text: str) -> None:
+    def _say_to_endpoint(self, talk: EndpointConsole, text: str) -> None:
         try:
             talk.say(text, self.max_tokens)
         except EffctxError as exc:
@@ -619,6 +640,12 @@ class SessionScreen(Screen):
             self.post_message(TurnDone())
 
     def action_new_conversation(self) -> None:
+        talk = self.effctx_app.talk
+        if talk is not None:
+            talk.forget()
+            self.query_one(Transcript).remove_children()
+            self.notify("Your next turn starts a new conversation on the watched engine.")
+            return
         self._engine.reset()
         self.query_one(Transcript).remove_children()
         # The cache still holds the old tape until the next turn: the resident count stays.

@@ -1,6 +1,7 @@
 """`effctx --watch FILE --endpoint URL`: a console with no model of its own follows the
 trace of an endpoint's engine as it is written, and sends its own turns to that endpoint
-(what each browser tab of `effctx serve --api` runs). The endpoint runs in this process
+(what each browser tab of `effctx serve --api` runs), and restores and branches in that
+engine through it. The endpoint runs in this process
 over the tiny model; the `openai` SDK is its other client."""
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from pathlib import Path
 import pytest
 
 import effctx_tui
-from effctx_core.api.client import EndpointConversation
+from effctx_core.api.client import EndpointConsole
 from effctx_core.events.follow import TraceFollower
 from effctx_core.profiles import Profile
 from effctx_tui.app import EffctxApp
+from effctx_tui.screens.snapshots import SnapshotsScreen
 from effctx_tui.widgets.endpoint_status import EndpointStatus
+from effctx_tui.widgets.snapshot_tree import SnapshotTreeView
 from effctx_tui.widgets.transcript import Transcript
 from tests.helpers.api_server import CHATML_TOKENS, HERMES_CHATML, running_api
 from tests.helpers.pilot_wait import wait_for
@@ -40,7 +43,7 @@ def ask(server, text: str):
                                                    max_tokens=4, temperature=0)
 
 
-def watching(trace, talk: EndpointConversation | None = None) -> EffctxApp:
+def watching(trace, talk: EndpointConsole | None = None) -> EffctxApp:
     follower = TraceFollower(trace)
     return EffctxApp(replay=follower.opening(), follow=follower, talk=talk, max_tokens=4)
 
@@ -63,20 +66,38 @@ async def test_a_request_served_after_the_console_opened_shows_in_its_requests_t
         assert app.player is not None and app.player.describe().startswith("watching engine.jsonl: event ")
 
 
-async def test_a_turn_typed_in_the_watching_console_is_a_request_to_the_endpoint(endpoint):
+async def test_a_turn_typed_in_the_watching_console_is_a_turn_of_its_own_on_the_endpoints_engine(endpoint):
     server, trace = endpoint
-    talk = EndpointConversation(server.base_url)
+    talk = EndpointConsole(server.base_url)
     app = watching(trace, talk)
     async with app.run_test(size=(120, 36)) as pilot:
         screen = app.session_screen
         assert str(screen.query_one(EndpointStatus).render()).startswith(f"API {server.base_url}")
         await pilot.press(*"Typed in a tab", "enter")  # the prompt has the focus from the start
-        await wait_for(pilot, lambda: len(talk.messages) == 2 and not screen.busy)
-        await wait_for(pilot, lambda: any("⇄ request: Typed in a tab" in line for line in said(app)))
-        assert [m["role"] for m in talk.messages] == ["user", "assistant"]
-        assert talk.messages[0]["content"] == "Typed in a tab"
-        served = screen.requests.rows[screen.requests.served[-1]].served
-        assert served is not None and served.status == "done"
+        await wait_for(pilot, lambda: talk.node is not None and not screen.busy)
+        await wait_for(pilot, lambda: "Typed in a tab" in said(app))
+        assert server.service.engine.tree.node(talk.node).turn.input == "Typed in a tab"
+
+
+async def test_a_watching_console_branches_from_a_clients_node_and_its_next_turn_goes_on_from_it(endpoint):
+    server, trace = endpoint
+    await asyncio.get_running_loop().run_in_executor(None, ask, server, "A client's question")
+    fork = server.service.engine.tree.current
+    talk = EndpointConsole(server.base_url)
+    app = watching(trace, talk)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = app.session_screen
+        await wait_for(pilot, lambda: app.player is not None and fork in app.player.engine.tree)
+        await pilot.press("ctrl+t")
+        snapshots = app.screen
+        assert isinstance(snapshots, SnapshotsScreen) and snapshots.check_action("branch", ()) is True
+        snapshots.query_one(SnapshotTreeView).select_id(fork)
+        await pilot.press("b")
+        await wait_for(pilot, lambda: app.screen is screen)  # a branch goes back to the prompt
+        assert talk.node == fork and server.service.engine.tree.current == fork
+        await pilot.press(*"From the fork", "enter")
+        await wait_for(pilot, lambda: talk.node != fork and not screen.busy)
+        assert server.service.engine.tree.node(talk.node).parent == fork
 
 
 async def test_a_watched_trace_that_turns_bad_stops_the_watch_and_says_why(tmp_path):
