@@ -600,8 +600,8 @@ class SessionScreen(Screen):
         self.run_turn(text)
 
     def _send(self, talk: EndpointConsole, prompt: Input, text: str) -> None:
-        """A watching console's turn: a request to the endpoint, whose engine's events
-        show it here as any client's."""
+        """A watching console's turn: sent to the endpoint's engine, in its queue, going on
+        from the console's node; the engine's events show it here."""
         if self.busy:
             self._refuse_enter("Your last turn is still with the endpoint; the prompt keeps your text.")
             return
