@@ -65,23 +65,15 @@ def _prefix_not_cached(reason: object) -> str:
 
 
 @dataclass(frozen=True)
-class _Write:
-    """A node's state on its way to the store."""
+class StateWrite:
+    """A node's state on its way to a store: the checkpoints', or the prefix cache's
+    (write_prefix, whose node is known only when checkpoint makes it)."""
 
     tree: SnapshotTree  # the tree the node was added to (a loaded session replaces the engine's)
-    node: str
-    key: str
+    node: str  # "" until the node is made
+    key: str  # known at once, before the write ends
     future: Future[EntryInfo]
     unsaved: Callable[[object], str] = _not_saved  # what a failed write says
-
-
-@dataclass(frozen=True)
-class PendingState:
-    """A state written in the background for a store other than the checkpoints' (the
-    prefix cache): its key, known at once, and its write."""
-
-    key: str
-    future: Future[EntryInfo]
 
 
 class Checkpointer:
@@ -92,7 +84,7 @@ class Checkpointer:
         self.store = store
         self._made_blobs: set[str] = set()  # states this engine saved, until a save lets go of them
         self._writer = StateWriter()
-        self._writes: list[_Write] = []  # not yet seen to end; the engine's thread's alone
+        self._writes: list[StateWrite] = []  # not yet seen to end; the engine's thread's alone
 
     def settle(self) -> None:
         """Wait until every state written in the background is on disk or has failed; a
@@ -131,16 +123,17 @@ class Checkpointer:
                 write.tree.set_blob(write.node, None)
             self._state.bus.emit(NodeUnsaved, node=write.node, blob=write.key, message=write.unsaved(error))
 
-    def write_prefix(self, store: SnapshotStore, meta: dict) -> PendingState:
+    def write_prefix(self, store: SnapshotStore, meta: dict) -> StateWrite:
         """The session's state, as it is now, written to the prefix cache in the background
         (the cold turn's answer does not wait for its fsync). Its node is made with
         `checkpoint(..., known_blob=pending)`; a failed write takes the state off the node
         and says the prefix cache was not written."""
         snap = self._state.session.snapshot()
-        return PendingState(snapshot_key(snap), self._writer.write(store, snap, meta))
+        return StateWrite(self._state.tree, "", snapshot_key(snap), self._writer.write(store, snap, meta),
+                          _prefix_not_cached)
 
     def checkpoint(self, kind: str, label: str, turn: TurnText | None, metrics: dict,
-                   known_blob: str | PendingState | None = None) -> None:
+                   known_blob: str | StateWrite | None = None) -> None:
         """A node for the tape as it is now, with the session's state when there is a store.
 
         `known_blob` is a state stored already, or on its way (write_prefix). Under an
@@ -154,9 +147,9 @@ class Checkpointer:
         parent = tree.find_by_tape(tape) or tree.root
         if parent is None:
             raise EffctxError("the snapshot tree has no root: the engine was not opened")
-        pending: _Write | None = None
-        if isinstance(known_blob, PendingState):
-            pending = _Write(tree, parent.id, known_blob.key, known_blob.future, _prefix_not_cached)
+        pending: StateWrite | None = None
+        if isinstance(known_blob, StateWrite):
+            pending = replace(known_blob, tree=tree, node=parent.id)
             known_blob = known_blob.key
         if tree.tape_length(parent.id) == len(tape):
             tree.set_current(parent.id)  # the turn arrived at a node that exists
@@ -175,7 +168,7 @@ class Checkpointer:
             # The state as the turn left it, now; its write goes on in the background.
             snap = session.snapshot()
             blob, state_bytes = snapshot_key(snap), len(snap.state)
-            pending = _Write(tree, "", blob, self._writer.write(self.store, snap, {"kind": kind}))
+            pending = StateWrite(tree, "", blob, self._writer.write(self.store, snap, {"kind": kind}))
             self._made_blobs.add(blob)
         node = tree.add_tape(
             parent.id, tape, kind, session.info.identity.digest(), label=label,

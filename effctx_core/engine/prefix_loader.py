@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from effctx_core.engine.checkpoints import Checkpointer, PendingState
+from effctx_core.engine.checkpoints import Checkpointer, StateWrite
 from effctx_core.engine.prefill import prefill
 from effctx_core.engine.records import PrefillCancelled, PrefixLoad
 from effctx_core.engine.state import EngineState
@@ -92,9 +92,9 @@ class PrefixLoader:
         pending = self._checkpointer.write_prefix(store, meta={"kind": "prefix", "text_chars": len(text)})
         return self._loaded(result, tokens, restored, t0, pending, message)
 
-    def _loaded(self, cache: str, tokens: list[int], restored: int, t0: int, stored: str | PendingState | None,
+    def _loaded(self, cache: str, tokens: list[int], restored: int, t0: int, stored: str | StateWrite | None,
                 message: str | None) -> PrefixLoad:
-        key = stored.key if isinstance(stored, PendingState) else stored
+        key = stored.key if isinstance(stored, StateWrite) else stored
         load = PrefixLoad(cache, len(tokens), ms_since(t0), key, message, restored)
         self._checkpointer.checkpoint("prefix", f"prefix ({cache})", None, {
             "prefilled": load.computed, "reused": restored, "load_ms": round(load.ms, 3),
