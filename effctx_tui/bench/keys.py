@@ -167,26 +167,23 @@ def context_for(profile: Profile, prompt_tokens: int) -> int:
     return min(trained, max(10240, prompt_tokens + 2048))
 
 
-def run_keys_benchmark(prompt_tokens: int = 8192, api_traffic: bool = False, profile: str | None = None) -> dict:
-    from effctx_core.backends.profile_loader import load_profile
-
-    return asyncio.run(_measure(prompt_tokens, api_traffic, load_profile(profile)))
+def run_keys_benchmark(prompt_tokens: int, api_traffic: bool, profile: Profile) -> dict:
+    return asyncio.run(_measure(prompt_tokens, api_traffic, profile))
 
 
 def _run_checked(opts) -> dict:
+    from effctx_core.backends.profile_loader import load_profile
+
     if opts.prompt_tokens < 16:
         raise EffctxError("--prompt-tokens must be at least 16")
-    if opts.profile is not None:
-        from effctx_core.backends.profile_loader import load_profile
-
-        load_profile(opts.profile)  # an unknown or invalid profile is one line, before the model loads
+    profile = load_profile(opts.profile)  # an unknown or invalid profile is one line, before the model loads
     if opts.api_traffic:
         try:
             import openai  # noqa: F401 - checked before the model loads
         except ImportError:
             raise EffctxError("--api-traffic sends its prompt with the openai client, which is not installed "
                               "(pip install 'effctx[bench]')") from None
-    return run_keys_benchmark(opts.prompt_tokens, opts.api_traffic, opts.profile)
+    return run_keys_benchmark(opts.prompt_tokens, opts.api_traffic, profile)
 
 
 MODES = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from effctx_core.backends.profile_loader import load_profile
 from effctx_tui.bench import keys
 
 RESULT = {
@@ -18,7 +19,7 @@ def test_api_traffic_and_the_prompt_size_reach_the_run(monkeypatch, capsys):
     runs = []
     monkeypatch.setattr(keys, "run_keys_benchmark", lambda *args: runs.append(args) or RESULT)
     assert keys.main(["--api-traffic", "--prompt-tokens", "64", "--profile", "fast-long", "--json"]) == 0
-    assert runs == [(64, True, "fast-long")]
+    assert runs == [(64, True, load_profile("fast-long"))]
     assert json.loads(capsys.readouterr().out) == RESULT
 
 
@@ -26,7 +27,7 @@ def test_without_api_traffic_the_console_types_the_prompt(monkeypatch):
     runs = []
     monkeypatch.setattr(keys, "run_keys_benchmark", lambda *args: runs.append(args) or {**RESULT, "mode": "console"})
     assert keys.main(["--json"]) == 0
-    assert runs == [(8192, False, None)]
+    assert runs == [(8192, False, load_profile(None))]
 
 
 def test_the_table_says_which_mode_ran_and_times_the_clients_request():
