@@ -34,7 +34,23 @@ def test_a_second_turn_reuses_the_whole_first_turn(engine):
     assert first.generated == 6
     assert tape_after_first == first.prefilled + first.generated
     assert (second.reused, second.prefilled, second.dropped) == (tape_after_first, new_tokens, 0)
-    assert second.resident == tape_after_first + new_tokens + second.generated
+    # The reply's last token is on the tape, not yet in the cache (see the test below).
+    assert second.resident + 1 == tape_after_first + new_tokens + second.generated == len(engine.tape)
+
+
+def test_a_reply_cut_at_max_tokens_leaves_its_last_token_for_the_next_turns_batch(engine):
+    # As llama-cpp-python's own completion does: a token no one may continue is not
+    # evaluated on its own; the next turn's input batch takes it at almost no cost.
+    first = engine.complete("The capital of France is", DecodeConfig(max_tokens=6))
+    after_first = engine.explain()
+    engine.complete(" The capital of Italy is", DecodeConfig(max_tokens=6))
+    after_second = engine.explain()
+    assert first.stop_reason == "max_tokens"
+    assert (after_first.decode_calls, after_first.decode_tokens, after_first.pending_tokens) == (5, 5, 1)
+    # One prefill call for the pending token and the new input, the token counted as the
+    # decode step it is; then the second reply's own 5 steps.
+    assert after_second.prefill_calls - after_first.prefill_calls == 1
+    assert after_second.decode_tokens - after_first.decode_tokens == 1 + 5
 
 
 def test_a_reply_that_opens_the_next_turn_keeps_the_opening_and_the_next_turn_goes_on_from_it(engine):
@@ -42,7 +58,7 @@ def test_a_reply_that_opens_the_next_turn_keeps_the_opening_and_the_next_turn_go
     kept = engine.tape
     cached = list(engine.session.tokens)
     second = engine.chat("And of Italy?", DecodeConfig(max_tokens=8))
-    assert cached == list(kept)  # the opening's last token was decoded before the turn ended
+    assert cached == list(kept)  # the opening is on the session's tape, its last token pending
     assert first.stop_reason == "stop" and "\nUser:" not in first.text
     assert engine.detokenize(kept).endswith(first.text + "\nUser:")
     assert (second.reused, second.dropped) == (len(kept), 0)
@@ -102,7 +118,7 @@ def test_restore_brings_back_the_tape(engine):
     snap = engine.snapshot()
     first = engine.complete(" Then", DecodeConfig(max_tokens=8)).text
     engine.restore(snap)
-    assert engine.tape == snap.tokens
+    assert (engine.tape, snap.tape, len(snap.pending)) == (snap.tokens + snap.pending, engine.tape, 1)
     assert engine.complete(" Then", DecodeConfig(max_tokens=8)).text == first
 
 

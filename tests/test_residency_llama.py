@@ -83,7 +83,8 @@ def test_decoding_slides_the_window_past_n_ctx(open_engine):
 def test_a_second_turn_after_evictions_reuses_the_cache(open_engine):
     engine = open_engine(STREAMING)
     engine.complete(filler_text(lambda t, b: engine.session.tokenize(t, b), 600), DecodeConfig(max_tokens=2))
-    resident = engine.explain().resident_tokens
+    context = engine.explain()
+    resident = context.resident_tokens + context.pending_tokens  # the reply's last token is pending
     second = engine.complete(" The end.", DecodeConfig(max_tokens=2))
     assert (second.reused, second.dropped) == (resident, 0)
     assert cache_matches_plan(engine)

@@ -35,6 +35,7 @@ from effctx_core.snapshots import (
     key_for,
     load_snapshot,
     save_snapshot,
+    snapshot_key,
     token_hash,
 )
 from effctx_core.snapshots.blobfile import HEADER_BYTES
@@ -83,10 +84,27 @@ def test_session_snapshot_round_trips_exactly_through_codec_and_store(tmp_path, 
 
 @settings(max_examples=60, deadline=None)
 @given(tokens=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=64),
-       state=st.binary(max_size=300), logits=st.none() | st.binary(max_size=40))
-def test_codec_decodes_what_it_encodes(tokens, state, logits):
-    snap = SessionSnapshot(identity(), tuple(tokens), state, logits)
+       state=st.binary(max_size=300), logits=st.none() | st.binary(max_size=40),
+       pending=st.lists(st.integers(0, 2**31 - 1), max_size=2))
+def test_codec_decodes_what_it_encodes(tokens, state, logits, pending):
+    snap = SessionSnapshot(identity(), tuple(tokens), state, logits, tuple(pending))
     assert decode(encode(snap), identity()) == snap
+
+
+def test_a_snapshot_with_a_pending_token_is_stored_under_its_whole_tape(tmp_path):
+    store = make_store(tmp_path)
+    snap = SessionSnapshot(identity(), (2, 5, 9), b"S" * 64, None, pending=(11,))
+    entry = save_snapshot(store, snap)
+    assert (entry.key, entry.n_tokens) == (snapshot_key(snap), 4)
+    assert store.longest_prefix(identity().digest(), [2, 5, 9, 11, 3]) == (entry.key, 4)
+    back = load_snapshot(store, entry.key, identity())
+    assert (back.tokens, back.pending, back) == ((2, 5, 9), (11,), snap)
+
+
+def test_a_version_1_payload_from_before_pending_tokens_is_still_read():
+    tokens, state = struct.pack("<2i", 2, 7), b"S" * 16
+    v1 = struct.pack("<4sHHQQQ", b"EFSS", 1, 0, 2, len(state), 0) + tokens + state
+    assert decode(v1, identity()) == SessionSnapshot(identity(), (2, 7), state, None)
 
 
 def test_blob_file_has_the_documented_byte_layout(tmp_path):
@@ -436,8 +454,8 @@ def cli_store(tmp_path, monkeypatch, utc):
     """Three entries with known keys, sizes and times; the CLI sees a 1 MiB budget.
 
     Sizes: 232-byte header + 4 B per token + meta JSON + payload, where a session
-    payload is a 32-byte header + 4 B per token + state + logits:
-    232 + 12 + 25 + (32 + 12 + 2048 + 16) = 2377;  232 + 2000 + 2 + 10000 = 12234;  232 + 4 + 2 = 238.
+    payload is a 40-byte header + 4 B per token + state + logits:
+    232 + 12 + 25 + (40 + 12 + 2048 + 16) = 2385;  232 + 2000 + 2 + 10000 = 12234;  232 + 4 + 2 = 238.
     """
     monkeypatch.setenv(BUDGET_ENV, "1MiB")
     store = make_store(tmp_path)
@@ -455,8 +473,8 @@ def test_cli_ls_prints_an_aligned_table_most_recent_first(cli_store, capsys):
         "ID            IDENTITY  TOKENS       SIZE  LAST USED            REFS\n"
         f"{c[:12]}  {OTHER_ID[:8]}       1      238 B  2023-11-14 22:16:20     0\n"
         f"{b[:12]}  {ID[:8]}     500  11.95 KiB  2023-11-14 22:15:20     0\n"
-        f"{a[:12]}  {ID[:8]}       3   2.32 KiB  2023-11-14 22:14:20     1\n"
-        f"3 snapshots, 14.5 KiB of 1 MiB budget ({BUDGET_ENV}=1MiB)\n"
+        f"{a[:12]}  {ID[:8]}       3   2.33 KiB  2023-11-14 22:14:20     1\n"
+        f"3 snapshots, 14.51 KiB of 1 MiB budget ({BUDGET_ENV}=1MiB)\n"
     )
 
 
@@ -468,9 +486,9 @@ def test_cli_ls_json_has_stable_keys(cli_store, capsys):
     first = data["entries"][2]
     assert first == {
         "key": key_for(ID, [1, 2, 3]), "identity": ID, "n_tokens": 3, "token_hash": token_hash([1, 2, 3]),
-        "bytes": 2377, "created": T0 + 60, "last_used": T0 + 60, "refs": ["tree-1"], "meta": {"label": "system prompt"},
+        "bytes": 2385, "created": T0 + 60, "last_used": T0 + 60, "refs": ["tree-1"], "meta": {"label": "system prompt"},
     }
-    assert (data["total_bytes"], data["referenced_bytes"], data["budget_bytes"]) == (14849, 2377, 1 << 20)
+    assert (data["total_bytes"], data["referenced_bytes"], data["budget_bytes"]) == (14857, 2385, 1 << 20)
 
 
 def test_cli_show_accepts_a_unique_prefix_and_checks_the_blob(cli_store, capsys):
@@ -480,7 +498,7 @@ def test_cli_show_accepts_a_unique_prefix_and_checks_the_blob(cli_store, capsys)
         f"key        {key}\n"
         f"identity   {ID}\n"
         f"tokens     3 (sha256 {token_hash([1, 2, 3])})\n"
-        "size       2.32 KiB (2377 bytes)\n"
+        "size       2.33 KiB (2385 bytes)\n"
         "created    2023-11-14 22:14:20\n"
         "last used  2023-11-14 22:14:20\n"
         "refs       tree-1\n"
@@ -490,7 +508,7 @@ def test_cli_show_accepts_a_unique_prefix_and_checks_the_blob(cli_store, capsys)
     )
     assert cli("show", key[:6], "--json", "--dir", str(cli_store.root)) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["payload"] == {"kind": "session", "n_tokens": 3, "state_bytes": 2048, "logits_bytes": 16}
+    assert data["payload"] == {"kind": "session", "n_tokens": 3, "pending_tokens": 0, "state_bytes": 2048, "logits_bytes": 16}
     assert data["integrity"] == "ok"
 
 
@@ -527,7 +545,7 @@ def test_cli_gc_evicts_to_the_budget_and_reports(cli_store, capsys, monkeypatch)
     assert capsys.readouterr().out == (
         "evicted 1 snapshot (11.95 KiB), removed 0 stale temp files, adopted 0, dropped 0 index entries, "
         "purged 0 from quarantine\n"
-        f"2 snapshots, 2.55 KiB of 3 KiB budget ({BUDGET_ENV}=3KiB)\n"
+        f"2 snapshots, 2.56 KiB of 3 KiB budget ({BUDGET_ENV}=3KiB)\n"
     )
 
 

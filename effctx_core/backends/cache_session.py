@@ -140,14 +140,21 @@ class CacheSession:
         cut = tape.cut_for(prefix, self.rollback_limit)
         if cut.diverged_at is not None:
             self._truncate(cut.keep)
-        tape.pending = []
+        carried, tape.pending = tape.pending[:cut.held], []
+        rest = prefix[cut.keep + cut.held:]
         t0 = time.perf_counter_ns()
-        prefilled = len(prefix) - cut.keep
-        ms = self._eval(prefix[cut.keep:], "prefix", progress)
-        tape.counters.count_prefill(prefilled, ms)
+        if rest:
+            ms = self._eval(carried + rest, "prefix", progress)
+            tape.counters.count_prefill(len(rest), ms)
+            tape.counters.count_carried(len(carried))
+        else:
+            # Nothing after them: pending tokens the prefix ends on stay pending, for the
+            # next prefill to evaluate in its batch.
+            tape.pending = carried
+        prefilled = len(rest)
         return PrefixStatus(
             prefix_tokens=len(prefix),
-            reused=cut.keep,
+            reused=cut.keep + cut.held,
             prefilled=prefilled,
             dropped=cut.dropped,
             resident=len(tape.resident),
@@ -156,20 +163,24 @@ class CacheSession:
             cause=cut.cause,
             diverged_at=cut.diverged_at,
             rollback_floor=cut.rollback_floor,
+            pending=len(tape.pending),
         )
 
     def prefill_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> SuffixStatus:
         self._check_usable()
         tape = self._tape
-        todo = tape.pending + list(suffix)
+        suffix = list(suffix)
+        carried = tape.pending
+        todo = carried + suffix
         tape.check_room("prefill", len(todo))
         t0 = time.perf_counter_ns()
         # Cleared first: a progress callback may stop the prefill between chunks, and the
         # chunks already done (pending tokens first) are resident by then.
         tape.pending = []
         ms = self._eval(todo, "prefill", progress)
-        tape.counters.count_prefill(len(todo), ms)
-        return self._suffix_status(len(suffix), len(todo), t0)
+        tape.counters.count_prefill(len(suffix), ms)
+        tape.counters.count_carried(len(carried))
+        return self._suffix_status(len(suffix), t0)
 
     def score_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> ScoredSuffix:
         self._check_usable()
@@ -190,9 +201,10 @@ class CacheSession:
         # Cleared first, as in prefill_suffix: chunks done before a stop are resident.
         tape.pending = []
         ms, rest = self._append_scored(todo, "prefill", progress) if todo else (0.0, np.empty(0))
-        tape.counters.count_prefill(len(todo), ms)
+        tape.counters.count_prefill(len(suffix), ms)
+        tape.counters.count_carried(skip)
         logprobs = np.concatenate([first, rest])[skip:] if suffix else np.empty(0)
-        return ScoredSuffix(self._suffix_status(len(suffix), len(todo), t0), logprobs)
+        return ScoredSuffix(self._suffix_status(len(suffix), t0), logprobs)
 
     def explain(self) -> ContextReport:
         return self._tape.report(self._poisoned is not None, self.rollback_limit(), self._runtime_counts())
@@ -240,11 +252,12 @@ class CacheSession:
         self._tape.check_room(stage, len(tokens))
         return self._append(tokens, stage, progress)
 
-    def _suffix_status(self, suffix_tokens: int, prefilled: int, t0: int) -> SuffixStatus:
+    def _suffix_status(self, suffix_tokens: int, t0: int) -> SuffixStatus:
+        # Pending tokens evaluated with the suffix are counted as decode steps, not here.
         return SuffixStatus(
             suffix_tokens=suffix_tokens,
-            prefilled=prefilled,
+            prefilled=suffix_tokens,
             resident=len(self._tape.resident),
             available=self._tape.available,
-            prefill_ms=ms_since(t0) if prefilled else 0.0,
+            prefill_ms=ms_since(t0) if suffix_tokens else 0.0,
         )

@@ -96,10 +96,11 @@ class InProcessDecode:
         return float(token_logprobs(self._next_logits()[None, :], np.asarray([token]))[0])
 
     def decode(self: _LogitsSession, config: DecodeConfig) -> Generator[TokenChunk, None, None]:
-        """Stream tokens; each is evaluated into the cache after it is handed out.
+        """Stream tokens; each is evaluated into the cache after it is handed out, but
+        the reply's last one.
 
-        A consumer that stops early leaves the last token it received pending: it is
-        part of the tape and is evaluated by the next prefill.
+        That last token, and the last one a consumer that stops early received, stay
+        pending: part of the tape, evaluated by the next prefill.
         """
         self._check_decode(config)
         tape = self._tape
@@ -127,6 +128,12 @@ class InProcessDecode:
                 piece = text.feed(token) + (text.flush() if stop else "")
                 sample_ms = ms_since(t0)
                 yield TokenChunk(token, piece, index, sample_ms, stop, logprob, top)
+                if stop:
+                    # The reply's last token stays pending, as llama-cpp-python's own
+                    # completion leaves it: the next prefill evaluates it in its batch,
+                    # where a decode step of its own now would cost a whole step.
+                    tape.counters.count_decode_time(sample_ms)
+                    return
                 if len(tape.resident) >= tape.n_ctx:
                     if config.slide:
                         raise ContextOverflowError("decode", len(tape.resident), 1, tape.n_ctx)
@@ -135,7 +142,5 @@ class InProcessDecode:
                 self._eval([token], "decode", None)
                 tape.pending = []
                 tape.counters.count_decode_step(sample_ms + ms_since(t1))
-                if stop:
-                    return
         finally:
             sampler.free()

@@ -51,6 +51,11 @@ class TapeCounters:
         it, with a later request."""
         self.decode_ms += ms
 
+    def count_carried(self, n: int) -> None:
+        """Pending tokens (decoded, the last of a reply) evaluated in a prefill's batch:
+        each is the decode step of the reply it ended, not a prefilled token."""
+        self.decode_tokens += n
+
     def correct_reuse(self, shift: int) -> None:
         """The runtime reused `shift` tokens more than the tape's rule said it would: they
         were counted as prefilled and were not."""
@@ -67,6 +72,7 @@ class PrefixCut:
     cause: PrefixCause
     diverged_at: int | None = None
     rollback_floor: int | None = None
+    held: int = 0  # pending tokens the prefix goes on through: kept, not prefilled
 
 
 def _prefix_cause(before: int, keep: int, wanted: int) -> PrefixCause:
@@ -96,21 +102,27 @@ class Tape:
     def available(self) -> int:
         return self.n_ctx - len(self.resident)
 
-    def reset(self, resident: Sequence[int] = ()) -> None:
-        self.resident, self.pending = list(resident), []
+    def reset(self, resident: Sequence[int] = (), pending: Sequence[int] = ()) -> None:
+        self.resident, self.pending = list(resident), list(pending)
 
     def check_room(self, stage: str, n: int) -> None:
         if len(self.resident) + n > self.n_ctx:
             raise ContextOverflowError(stage, len(self.resident), n, self.n_ctx)
 
     def cut_for(self, prefix: Sequence[int], rollback_limit: Callable[[], int]) -> PrefixCut:
-        """Keep the longest common prefix of the resident tokens and `prefix`; all of it
-        goes where the cache cannot be cut back that far exactly. `rollback_limit` is asked
+        """Keep the longest common prefix of the resident tokens and `prefix` (and the
+        pending tokens, where `prefix` ends on exactly them); all of it goes where the
+        cache cannot be cut back that far exactly. `rollback_limit` is asked
         only when the prefix diverges: it may cost a call into the runtime."""
         if len(prefix) > self.n_ctx:
             raise ContextOverflowError("prefix", 0, len(prefix), self.n_ctx)
         before = len(self.resident)
         keep = common_prefix_length(self.resident, prefix)
+        held = len(self.pending)
+        if keep == before and held and list(prefix[before:before + held]) == self.pending:
+            # The prefix goes on through the pending tokens (a reply's last one): they
+            # are kept and evaluated in the same batch as whatever follows them.
+            return PrefixCut(keep, 0, _prefix_cause(before + held, keep + held, len(prefix)), held=held)
         cause = _prefix_cause(before, keep, len(prefix))
         if keep == before:
             return PrefixCut(keep, 0, cause)

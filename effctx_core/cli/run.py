@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             "prefilled": prefilled,
             "generated": result.generated,
             "resident": result.resident,
+            "pending": result.pending,
             "n_ctx": result.n_ctx,
         },
     }

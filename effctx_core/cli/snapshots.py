@@ -169,7 +169,8 @@ def _payload_line(payload: dict) -> str:
     if payload["kind"] != "session":
         return f"{payload['bytes']} bytes, not a session snapshot"
     logits = "none" if payload["logits_bytes"] is None else format_bytes(payload["logits_bytes"])
-    return f"session snapshot: state {format_bytes(payload['state_bytes'])}, logits {logits}"
+    pending = f", {payload['pending_tokens']} pending token(s) after the state" if payload["pending_tokens"] else ""
+    return f"session snapshot: state {format_bytes(payload['state_bytes'])}, logits {logits}{pending}"
 
 
 def _when(ts: float) -> str:

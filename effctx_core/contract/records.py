@@ -242,6 +242,10 @@ class PrefixStatus:
     diverged_at: int | None = None
     # The shortest prefix the cache could be cut back to (ROLLBACK_LIMIT).
     rollback_floor: int | None = None
+    # Of the reused tokens, the ones still pending after the call: a reply's last token,
+    # sampled and not yet evaluated, that the prefix ends on. The next prefill_suffix
+    # evaluates them first, in its own batch.
+    pending: int = 0
 
     @property
     def reason(self) -> str:
@@ -371,16 +375,24 @@ class RuntimeCounts:
 @dataclass(frozen=True)
 class SessionSnapshot:
     identity: RuntimeIdentity
-    tokens: tuple[int, ...]
+    tokens: tuple[int, ...]  # the tokens `state` holds
     state: bytes
     # Next-token logits (float32) when the session had them: restoring them makes the
     # continuation exact, where recomputing the last position gives other numbers
     # (measured max|dlogit| 1.1 between a 1-token and a 14-token batch).
     logits: bytes | None = None
+    # The tokens pending after them (a reply's last token, sampled, not evaluated): a
+    # restore leaves them pending again.
+    pending: tuple[int, ...] = ()
 
     @property
     def n_tokens(self) -> int:
         return len(self.tokens)
+
+    @property
+    def tape(self) -> tuple[int, ...]:
+        """The session's tape as it was: the state's tokens, then the pending ones."""
+        return self.tokens + self.pending
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,15 @@ class Session(Protocol):
 
     def detokenize(self, tokens: Sequence[int]) -> str: ...
 
-    def ensure_prefix(self, prefix: Sequence[int], progress: ProgressSink | None = None) -> PrefixStatus: ...
+    def ensure_prefix(self, prefix: Sequence[int], progress: ProgressSink | None = None) -> PrefixStatus:
+        """Make the tape `prefix`, reusing the longest start of it the cache holds. A
+        prefix that is the tape as it is (resident tokens, then pending ones) evaluates
+        nothing: the pending tokens stay pending."""
+        ...
 
-    def prefill_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> SuffixStatus: ...
+    def prefill_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> SuffixStatus:
+        """Evaluate the pending tokens, then `suffix`, in the same batches."""
+        ...
 
     def score_suffix(self, suffix: Sequence[int], progress: ProgressSink | None = None) -> ScoredSuffix:
         """prefill_suffix (the same tape, counters, progress and cancel point), also
@@ -54,7 +60,8 @@ class Session(Protocol):
 
     def decode(self, config: DecodeConfig) -> Generator[TokenChunk, None, None]:
         """Stream tokens; closing the generator early leaves the last token handed out
-        pending (on the tape, evaluated by the next prefill)."""
+        pending (on the tape, evaluated by the next prefill). At the reply's end the last
+        token may be pending too: a backend evaluates it only if its runtime does."""
         ...
 
     def snapshot(self) -> SessionSnapshot: ...

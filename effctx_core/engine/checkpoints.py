@@ -165,7 +165,8 @@ class Checkpointer:
             message = f"state not saved: {dearer}; restoring this node will recompute it"
         elif blob is None and self.store is not None and not tracker.evicts \
                 and session.info.capabilities.state_snapshot.supported:
-            # The state as the turn left it, now; its write goes on in the background.
+            # The state as the turn left it, now (the reply's last token pending, as it
+            # is in the session); its write goes on in the background.
             snap = session.snapshot()
             blob, state_bytes = snapshot_key(snap), len(snap.state)
             pending = StateWrite(tree, "", blob, self._writer.write(self.store, snap, {"kind": kind}))

@@ -413,8 +413,8 @@ class SessionEngine:
             t0 = time.perf_counter_ns()
             with self._reported():
                 self.session.restore(snapshot)
-            self._state.tape = list(snapshot.tokens)
-            self.residency.reset([SegmentRun(Segment.OTHER, snapshot.n_tokens, 0)])  # a bare state has no segment map
+            self._state.tape = list(snapshot.tape)
+            self.residency.reset([SegmentRun(Segment.OTHER, len(snapshot.tape), 0)])  # a bare state has no segment map
             self._state.bus.emit(SnapshotRestored, tokens=snapshot.n_tokens, bytes=len(snapshot.state),
                                  ms=ms_since(t0))
 

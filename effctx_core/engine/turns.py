@@ -165,8 +165,9 @@ class TurnRunner:
                     reply.stop_reason = "stop"
                     break
                 if chunk.stop_reason:
-                    # Not a break: the backend evaluates this last token when the loop
-                    # resumes it, so the cache holds the whole tape afterwards.
+                    # Not a break: the backend ends the reply itself when the loop resumes
+                    # it (a server's last event is read). The last token stays on the
+                    # tape, pending where the runtime did not evaluate it.
                     reply.stop_reason = chunk.stop_reason
                     continue
                 if state.gate.requested:
@@ -187,16 +188,14 @@ class TurnRunner:
         # The reply is the text up to the stop, even where a token straddles it; the tape
         # can only keep whole tokens, so such a token goes with the stop text.
         reply.text = reply.text[:reply.cut]
-        # A reply that ends on exactly the next turn's opening keeps it on the tape, its
-        # last token (sampled, not yet evaluated) decoded now: the next turn goes on from
-        # it and reuses everything. Any other stop text stays in the cache until the next
-        # turn's ensure_prefix drops it, which reports it as dropped.
+        # A reply that ends on exactly the next turn's opening keeps it on the tape (its
+        # last token pending, evaluated with the next turn's input): the next turn goes on
+        # from it and reuses everything. Any other stop text stays in the cache until the
+        # next turn's ensure_prefix drops it, which reports it as dropped.
         drop = 0 if "".join(reply.pieces[keep:]) == opening else len(reply.tokens) - keep
         if drop:
             del state.tape[-drop:]
             state.tracker.truncate(len(state.tape))
-        elif not state.tracker.evicts:
-            state.session.ensure_prefix(state.tape)
 
     def _result(self, reply: _Reply, prefix: PrefixStatus, prefilled: int, gone_before: int,
                 t_start: int, t_prefilled: int, t_end: int) -> TurnResult:
@@ -221,6 +220,7 @@ class TurnRunner:
             available=report.available_tokens,
             n_ctx=report.n_ctx,
             prefix_cause=prefix.cause.value,
+            pending=report.pending_tokens,
         )
 
     def _cancelled(self, turn: int, stop: PrefillCancelled, t_start: int, reused: int) -> TurnResult:

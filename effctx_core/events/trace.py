@@ -42,6 +42,9 @@ class TurnResult:
     n_ctx: int
     # The PrefixCause value of the turn's prefix check ("" in traces written before it).
     prefix_cause: str = ""
+    # Tape tokens not in the cache yet: the reply's last one, which the next turn's
+    # batch evaluates (0 in traces written before it was kept pending).
+    pending: int = 0
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@ and says why with a structured cause."""
 
 from __future__ import annotations
 
-from effctx_core.contract import PrefixCause
+import pytest
+
+from effctx_core.contract import DecodeConfig, PrefixCause, Session
 from tests.helpers.contract import words
 
 
@@ -55,6 +57,40 @@ def test_a_shorter_prefix_drops_the_tail(fresh):
     else:
         assert (status.cause, status.reused, status.dropped) == (PrefixCause.DIVERGED, 20, 30)
     assert fresh.explain().resident_tokens == 20
+
+
+def _two_tokens_then_stop(session: Session) -> list[int]:
+    """A reply read for two tokens and dropped: the second stays pending. The tape."""
+    reply = session.decode(DecodeConfig(max_tokens=4))
+    chunks = [next(reply), next(reply)]
+    reply.close()
+    if any(c.stop_reason == "eog" for c in chunks):
+        pytest.skip("the model ended its reply before 2 tokens")
+    return list(session.tokens)
+
+
+def test_a_prefix_that_ends_on_a_pending_token_evaluates_nothing_and_keeps_it_pending(fresh):
+    fresh.ensure_prefix(words(fresh, 20))
+    tape = _two_tokens_then_stop(fresh)
+    before = fresh.explain()
+    status = fresh.ensure_prefix(tape)
+    assert (status.cause, status.reused, status.prefilled, status.dropped, status.pending) == \
+        (PrefixCause.IDENTICAL, 22, 0, 0, 1)
+    after = fresh.explain()
+    assert (after.prefill_calls, after.pending_tokens, list(fresh.tokens)) == (before.prefill_calls, 1, tape)
+
+
+def test_the_next_prefill_evaluates_a_pending_token_in_its_own_batch_as_a_decode_step(fresh):
+    fresh.ensure_prefix(words(fresh, 20))
+    tape = _two_tokens_then_stop(fresh)
+    fresh.ensure_prefix(tape)
+    before = fresh.explain()
+    suffix = words(fresh, 5, seed=3)
+    assert fresh.prefill_suffix(suffix).prefilled == 5
+    after = fresh.explain()
+    assert (after.prefill_calls - before.prefill_calls, after.prefill_tokens - before.prefill_tokens,
+            after.decode_tokens - before.decode_tokens, after.pending_tokens) == (1, 5, 1, 0)
+    assert list(fresh.tokens) == tape + suffix
 
 
 def test_the_reason_is_the_sentence_of_the_cause(fresh):

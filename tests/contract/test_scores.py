@@ -120,8 +120,11 @@ def test_a_pending_token_is_evaluated_first_and_only_the_suffix_is_scored(scorin
     reply = scoring.decode(DecodeConfig(max_tokens=4))
     pending = next(reply).token
     reply.close()  # the token handed out stays pending
+    decoded = scoring.explain().decode_tokens
     scored = scoring.score_suffix(suffix)
-    assert (scored.status.suffix_tokens, scored.status.prefilled, scored.logprobs.shape) == (5, 6, (5,))
+    # The pending token is evaluated in the same batch, counted as its reply's decode step.
+    assert (scored.status.suffix_tokens, scored.status.prefilled, scored.logprobs.shape) == (5, 5, (5,))
+    assert scoring.explain().decode_tokens == decoded + 1
     assert list(scoring.tokens) == prompt + [pending] + suffix
     # The same batches without a pending token: the prompt prefilled, then the pending
     # token and the suffix scored in one call, the pending token's score dropped.

@@ -35,6 +35,24 @@ def test_an_exact_snapshot_continues_exactly_as_the_original(fresh):
     assert len(first) == 6 and again == first
 
 
+def test_a_snapshot_keeps_a_pending_token_pending_and_continues_as_the_original(fresh):
+    require(fresh.info.capabilities.state_snapshot, "state_snapshot")
+    fresh.ensure_prefix(words(fresh, 30))
+    reply = fresh.decode(GREEDY)
+    token = next(reply).token
+    reply.close()  # the token handed out stays pending
+    tape = list(fresh.tokens)
+    snap = fresh.snapshot()
+    assert (snap.pending, list(snap.tape), snap.n_tokens) == ((token,), tape, 30)
+    first = [c.token for c in fresh.decode(GREEDY)]
+    fresh.ensure_prefix(words(fresh, 12, seed=5))
+    fresh.restore(snap)
+    assert (list(fresh.tokens), fresh.explain().pending_tokens) == (tape, 1)
+    again = [c.token for c in fresh.decode(GREEDY)]
+    if fresh.info.capabilities.exact_snapshot.supported:
+        assert again == first
+
+
 def test_a_snapshot_of_another_identity_is_refused_before_the_backend_is_touched(fresh):
     require(fresh.info.capabilities.state_snapshot, "state_snapshot")
     tape = words(fresh, 20)

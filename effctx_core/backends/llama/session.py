@@ -345,11 +345,15 @@ class LlamaSession(InProcessDecode, CacheSession):
     def snapshot(self) -> SessionSnapshot:
         self._check_usable()
         size = llama_cpp.llama_state_seq_get_size(self._ctx, SEQ)
-        buf = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, SEQ)
+        # Not zeroed first (a ctypes array would be): llama.cpp writes every byte it
+        # reports, and a turn's checkpoint copies 15-21 MB on the turn's time.
+        buf = np.empty(size, dtype=np.uint8)
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+                                                     size, SEQ)
         if written == 0 and self._tape.resident:
             raise EffctxError("llama.cpp wrote no state for the sequence")
-        return SessionSnapshot(self.identity, tuple(self._tape.resident), ctypes.string_at(buf, written), self._current_logits())
+        return SessionSnapshot(self.identity, tuple(self._tape.resident), buf[:written].tobytes(), self._current_logits(),
+                               tuple(self._tape.pending))
 
     def restore(self, snapshot: SessionSnapshot) -> None:
         self._check_restorable(snapshot)
@@ -366,7 +370,7 @@ class LlamaSession(InProcessDecode, CacheSession):
         pos_max = int(llama_cpp.llama_memory_seq_pos_max(self._mem, SEQ))
         if pos_max != snapshot.n_tokens - 1:
             raise self._poison(f"restored state ends at position {pos_max}, its token list at {snapshot.n_tokens - 1}")
-        self._tape.reset(snapshot.tokens)
+        self._tape.reset(snapshot.tokens, snapshot.pending)
         if snapshot.logits is not None and len(snapshot.logits) == 4 * self._model.n_vocab:
             self._logits_override = np.frombuffer(snapshot.logits, dtype=np.float32).copy()
             self._logits_ok = True

@@ -480,7 +480,7 @@ class LlamaServerSession(CacheSession):
             return SessionSnapshot(self.identity, (), b"", None)
         data: bytes = self._call(slot.save, "snapshot", 0)
         read_slot_file(data)  # the server's own file: refused now rather than at a restore
-        return SessionSnapshot(self.identity, tuple(self._tape.resident), data, None)
+        return SessionSnapshot(self.identity, tuple(self._tape.resident), data, None, tuple(self._tape.pending))
 
     def restore(self, snapshot: SessionSnapshot) -> None:
         self._check_restorable(snapshot)
@@ -506,7 +506,7 @@ class LlamaServerSession(CacheSession):
             raise self._poison(str(exc)) from None
         if restored != len(saved):
             raise self._poison(f"llama-server restored {restored} of the slot file's {len(saved)} tokens")
-        self._tape.reset(snapshot.tokens)
+        self._tape.reset(snapshot.tokens, snapshot.pending)
         self._held = list(saved)
 
     def _release(self) -> None:

@@ -155,7 +155,7 @@ class OpenVINOStatefulSession(InProcessDecode, CacheSession):
                       for s in self._states()}
             np.savez(buffer, **arrays)  # type: ignore[arg-type]
         logits = self._logits.tobytes() if self._logits_ok and self._logits is not None else None
-        return SessionSnapshot(self.identity, tuple(self._tape.resident), buffer.getvalue(), logits)
+        return SessionSnapshot(self.identity, tuple(self._tape.resident), buffer.getvalue(), logits, tuple(self._tape.pending))
 
     def _read_state(self, snapshot: SessionSnapshot) -> list[np.ndarray]:
         """The snapshot's tensors in the request's state order, checked against it before
@@ -184,7 +184,7 @@ class OpenVINOStatefulSession(InProcessDecode, CacheSession):
         if not snapshot.tokens:
             return
         self._set_states(arrays)
-        self._tape.reset(snapshot.tokens)
+        self._tape.reset(snapshot.tokens, snapshot.pending)
         if snapshot.logits is not None and len(snapshot.logits) == 4 * self._info.facts.vocab_size:
             self._logits = np.frombuffer(snapshot.logits, dtype=np.float32).copy()
             self._logits_ok = True

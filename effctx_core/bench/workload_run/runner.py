@@ -11,7 +11,7 @@ from effctx_core.bench.workload_run.control import control_baseline
 from effctx_core.bench.workload_run.records import ControlTurn, TurnRun, WorkloadReport
 from effctx_core.bench.workloads import Turn, Workload
 from effctx_core.cancel import CancelToken
-from effctx_core.contract import Baseline, DecodeConfig
+from effctx_core.contract import Baseline, BaselineRun, DecodeConfig
 from effctx_core.engine import SessionEngine, TurnResult
 from effctx_core.errors import Cancelled
 from effctx_core.profiles import Profile
@@ -75,6 +75,9 @@ class _Run:
         # inside the runtime, after effctx handed it the tokens.)
         residency = self.engine.residency_report()
         gone = len(before) - residency.resident_tokens if before and residency.source != MODELED else 0
+        # The two sides take turns at going first: whatever the first run of a turn pays
+        # for (or leaves warm) falls on each side alike.
+        run = self._control(prompt, turn) if len(self.turns) % 2 else None
         t0 = time.perf_counter_ns()
         with self.cancel.forwarded_to(self.engine.cancel):
             result = self.engine.complete(text, config)
@@ -86,10 +89,9 @@ class _Run:
         # The turn's checkpoint is written in the background, as it is while a user reads
         # the reply; it ends before the control starts, so it slows neither side's timing.
         self.engine.settle()
-        control = None
-        if self.baseline is not None:
-            run = self.baseline.control(prompt, turn.max_tokens, self.workload.framing.stop)
-            control = ControlTurn.of(run, reply_ids)
+        if run is None:
+            run = self._control(prompt, turn)
+        control = ControlTurn.of(run, reply_ids) if run is not None else None
         self.turns.append(TurnRun(
             # The lead's computed tokens the engine reports as reused are this turn's own
             # work. On an evicting cell fewer of them are still resident than the lead
@@ -99,6 +101,11 @@ class _Run:
             prefill_tps=result.prefill_tps, decode_tps=result.decode_tps, generated=result.generated, wall_ms=wall,
             reply=result.text, correct=turn.grade(result.text), how=how or result.prefix_reason, control=control,
         ))
+
+    def _control(self, prompt: list[int], turn: Turn) -> BaselineRun | None:
+        if self.baseline is None:
+            return None
+        return self.baseline.control(prompt, turn.max_tokens, self.workload.framing.stop)
 
     def _check_accounting(self, label: str, result: TurnResult, prompt_tokens: int, prefilled_before: int) -> None:
         """What the engine reported against what the session counted (and, where the
