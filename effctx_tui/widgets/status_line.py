@@ -23,6 +23,8 @@ class StatusLine(Static):
         in the words of the timings screen (events/explain.py)."""
         self.update(Content.assemble(
             self._residency(done.resident, done.n_ctx),
+            # The reply's last token, on the tape, enters the cache with the next input.
+            (f" · {format_count(done.pending)} pending", MUTED) if done.pending else "",
             "  │  last turn: ",
             (f"reused {format_count(done.reused)}", "bold $text-success"),
             " · ",

@@ -221,8 +221,8 @@ async def test_the_status_line_and_the_strip_follow_a_request_while_it_is_served
         await wait_for(pilot, lambda: requests.served)
         after = status_text(screen).split("\n")[0], strip.table.n_tokens, endpoint_line(screen)
 
-        def resident(n: int) -> str:
-            return f"resident {n} / 1,024 · available {1024 - n}  │  "
+        def resident(n: int, pending: int = 0) -> str:
+            return f"resident {n} / 1,024 · available {1024 - n}" + (f" · {pending} pending" if pending else "") + "  │  "
 
         assert prompt == reply.usage.prompt_tokens
         # The strip shows what the engine's residency map holds: the prompt once its prefill is done.
@@ -235,5 +235,5 @@ async def test_the_status_line_and_the_strip_follow_a_request_while_it_is_served
         # A reply cut at its length leaves its last token pending: on the tape (the strip),
         # not in the cache until the next prompt's batch.
         pending = 1 if reply.choices[0].finish_reason == "length" else 0
-        assert after == (resident(total - pending) + f"last turn: reused 0 · prefilled {prompt} · generated {generated}",
+        assert after == (resident(total - pending, pending) + f"last turn: reused 0 · prefilled {prompt} · generated {generated}",
                          total, f"API {base_url}  │  no request waiting")
