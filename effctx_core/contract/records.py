@@ -244,7 +244,7 @@ class PrefixStatus:
     rollback_floor: int | None = None
     # Of the reused tokens, the ones still pending after the call: a reply's last token,
     # sampled and not yet evaluated, that the prefix ends on. The next prefill_suffix
-    # evaluates them first, in its own batch.
+    # evaluates them first, in the same batch as its suffix.
     pending: int = 0
 
     @property

@@ -80,7 +80,7 @@ def test_a_prefix_that_ends_on_a_pending_token_evaluates_nothing_and_keeps_it_pe
     assert (after.prefill_calls, after.pending_tokens, list(fresh.tokens)) == (before.prefill_calls, 1, tape)
 
 
-def test_the_next_prefill_evaluates_a_pending_token_in_its_own_batch_as_a_decode_step(fresh):
+def test_the_next_prefill_evaluates_a_pending_token_with_its_suffix_in_one_call_as_a_decode_step(fresh):
     fresh.ensure_prefix(words(fresh, 20))
     tape = _two_tokens_then_stop(fresh)
     fresh.ensure_prefix(tape)
