@@ -284,13 +284,8 @@ def create_app(service: EngineService, settings: ApiSettings) -> ASGIApp:
             return answer
 
         submitted = _enqueue(job)
-        if not await _finished(asyncio.wrap_future(submitted.future), request):
-            service.cancel(submitted)
-            return Response(status_code=499)
-        exc = submitted.future.exception()
-        if exc is not None:
-            raise _failure(exc)
-        return JSONResponse(submitted.future.result())
+        answer = await _outcome(submitted, request, lambda: service.cancel(submitted))
+        return Response(status_code=499) if answer is None else JSONResponse(answer)
 
     @app.post("/v1/effctx/turn")
     async def turn(req: ConsoleTurnRequest, request: Request) -> Response:
@@ -329,16 +324,23 @@ def _client_left(service: EngineService, job: Job[Served], rid: str, endpoint: s
         engine.note(RequestServed, request=rid, status="cancelled", endpoint=endpoint)
 
 
-async def _await_job(service: EngineService, job: Job[Served], request: Request, rid: str,
-                     endpoint: str) -> Served | None:
+async def _outcome(job: Job[T], request: Request, left: Callable[[], object]) -> T | None:
+    """The job's result, its error as the client's answer, or None when the client went
+    away first (`left` then stops the job)."""
     if not await _finished(asyncio.wrap_future(job.future), request):
-        _client_left(service, job, rid, endpoint)
+        left()
         return None
     exc = job.future.exception()
     if exc is not None:
         raise _failure(exc)
-    served = job.future.result()
-    log.info(log_line(served))
+    return job.future.result()
+
+
+async def _await_job(service: EngineService, job: Job[Served], request: Request, rid: str,
+                     endpoint: str) -> Served | None:
+    served = await _outcome(job, request, lambda: _client_left(service, job, rid, endpoint))
+    if served is not None:
+        log.info(log_line(served))
     return served
 
 

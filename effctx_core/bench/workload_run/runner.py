@@ -77,7 +77,8 @@ class _Run:
         gone = len(before) - residency.resident_tokens if before and residency.source != MODELED else 0
         # The two sides take turns at going first: whatever the first run of a turn pays
         # for (or leaves warm) falls on each side alike.
-        run = self._control(prompt, turn) if len(self.turns) % 2 else None
+        control_first = len(self.turns) % 2 == 1
+        run = self._control(prompt, turn) if control_first else None
         t0 = time.perf_counter_ns()
         with self.cancel.forwarded_to(self.engine.cancel):
             result = self.engine.complete(text, config)
@@ -89,7 +90,7 @@ class _Run:
         # The turn's checkpoint is written in the background, as it is while a user reads
         # the reply; it ends before the control starts, so it slows neither side's timing.
         self.engine.settle()
-        if run is None:
+        if not control_first:
             run = self._control(prompt, turn)
         control = ControlTurn.of(run, reply_ids) if run is not None else None
         self.turns.append(TurnRun(
