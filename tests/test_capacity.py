@@ -343,8 +343,9 @@ class Measured:
     def sizes(self, k: str, v: str, fa: bool, swa_full: bool) -> dict[int, Sizes]:
         key = (k, v, fa, swa_full)
         if key not in self._runs:
-            profile = Profile(n_ctx=2048, n_batch=N_UBATCH, threads=THREADS, kv_cache_type_k=k,
-                              kv_cache_type_v=v, backend_options=LlamaOptions(flash_attn=fa, swa_full=swa_full))
+            # llama.cpp's own cache as it grows: effctx does not trim the windowed layers.
+            profile = Profile(n_ctx=2048, n_batch=N_UBATCH, threads=THREADS, kv_cache_type_k=k, kv_cache_type_v=v,
+                              backend_options=LlamaOptions(flash_attn=fa, swa_full=swa_full, trim_windows=False))
             session = self._backend.open(self._path, profile)
             try:
                 sentence = session.tokenize(" The grass is green. The sky is blue. The sun is yellow.", add_bos=False)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from effctx_core.backends.llama import session as llama_session
 from effctx_core.backends.llama.backend import LlamaBackend
 from effctx_core.backends.llama.settings import LlamaOptions
 from effctx_core.contract import DecodeConfig, PrefixCause, SessionSnapshot
 from effctx_core.errors import ContextOverflowError, SessionFatalError
 from effctx_core.identity import IdentityMismatchError
 from effctx_core.profiles import Profile
+from effctx_core.residency.config import ResidencyConfig
 
 EXACT = Profile(name="exact-test", n_ctx=2048, backend_options=LlamaOptions(flash_attn=False, swa_full=True))
 PROMPT = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
@@ -177,6 +179,72 @@ def test_a_restored_state_cannot_be_cut_back_inside_its_window(open_session):
     assert (status.cause, status.diverged_at, status.rollback_floor) == (PrefixCause.ROLLBACK_LIMIT, 700, 800)
 
 
+def test_a_chunk_of_input_starts_from_the_windowed_layers_cut_to_their_window_once_they_hold_half_more(open_session):
+    s = open_session()
+    toks = filler(s, 769)
+    s.prefill_suffix(toks[:767])
+    s.prefill_suffix(toks[767:768])
+    assert s.rollback_limit() == 0  # swa_full holds every position while they are under 768
+    s.prefill_suffix(toks[768:])
+    # The chunk began from the state loaded back: the windowed layers hold the last 512
+    # positions before it, so the cut back to it is the earliest exact one.
+    assert s.rollback_limit() == 768
+
+
+def test_a_decoded_reply_keeps_every_windowed_position_so_the_turn_stays_cuttable(open_session):
+    s = open_session()
+    toks = filler(s, 1020)
+    s.prefill_suffix(toks)
+    greedy(s, 12)
+    assert s.rollback_limit() == 0
+    assert s.ensure_prefix(toks[:1000]).reused == 1000
+
+
+def test_a_prefill_whose_windows_were_cut_continues_exactly_as_a_session_restored_where_they_were(open_session):
+    s = open_session()
+    toks = filler(s, 1100)
+    s.prefill_suffix(toks[:1024])
+    restored = open_session()
+    restored.restore(s.snapshot())
+    s.prefill_suffix(toks[1024:])
+    restored.prefill_suffix(toks[1024:])
+    assert s.snapshot().logits == restored.snapshot().logits
+
+
+def test_a_cut_below_the_rollback_floor_restarts_from_the_state_kept_at_a_chunk_start(open_session):
+    s = open_session()
+    toks = filler(s, 1600)
+    s.prefill_suffix(toks)  # its chunks start at 0, 512, 1,024 and 1,536; the last two cut the windows
+    assert (s.rollback_limit(), s.explain().restart_points) == (1536, (512, 1024))
+    status = s.ensure_prefix(toks[:700])
+    assert (status.reused, status.prefilled, status.dropped) == (512, 188, 1088)
+    assert (status.cause, status.diverged_at, status.rollback_floor) == (PrefixCause.RESTORED, 700, 1536)
+    assert status.reason == ("rollback limit: the cache can be cut back to 1536 tokens at the earliest, the prefix "
+                             "diverges at 700; restarted from a state the backend kept")
+    fresh = open_session()
+    fresh.ensure_prefix(toks[:700])
+    assert greedy(s, 8) == greedy(fresh, 8)
+
+
+def test_a_cut_below_the_first_kept_state_reprefills_from_the_start_and_says_why(open_session):
+    s = open_session()
+    toks = filler(s, 1100)
+    s.prefill_suffix(toks)
+    status = s.ensure_prefix(toks[:300])
+    assert (status.reused, status.prefilled, status.dropped) == (0, 300, 1100)
+    assert (status.cause, status.diverged_at, status.rollback_floor) == (PrefixCause.ROLLBACK_LIMIT, 300, 1024)
+
+
+def test_the_kept_states_stay_within_their_memory_budget(open_session, monkeypatch):
+    monkeypatch.setattr(llama_session, "ANCHOR_BYTES", 30 << 20)  # the states at 512 to 2,560 take 60 MiB
+    s = open_session(EXACT.with_changes(n_ctx=3072))
+    toks = filler(s, 2600)
+    s.prefill_suffix(toks)
+    # Over the budget the state whose loss leaves the shortest span without one goes.
+    assert (s.rollback_limit(), s.explain().restart_points) == (2560, (1024,))
+    assert s.ensure_prefix(toks[:2100]).reused == 1024
+
+
 def test_a_failed_state_load_poisons_the_session_until_reopened(open_session):
     s = open_session()
     s.prefill_suffix(prompt_tokens(s))
@@ -210,9 +278,31 @@ def test_capabilities_report_what_the_context_can_do(open_session):
         return (caps.position_shift.supported, caps.quantized_v.supported, caps.exact_snapshot.supported,
                 caps.rollback_floor)
 
-    assert flags(full) == (True, False, True, None)
+    assert flags(full) == (True, False, True, 512)
+    assert full.rollback_reason == (
+        "swa_full holds every windowed position until there are 768; the next chunk of input then reloads the "
+        "session's state, which keeps the last 512; a cut further back restarts from a state kept at a chunk start "
+        "(256 MiB of them at most)")
     assert flags(windowed) == (False, True, False, 512)
     assert not full.attention_scores.supported and full.state_snapshot.supported
+
+
+def test_a_policy_that_shifts_positions_keeps_every_windowed_position(open_session):
+    streaming = ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=1020, budget=1024, block_size=4)
+    s = open_session(EXACT.with_changes(name="shifting", residency=streaming))
+    assert s.info.capabilities.rollback_floor is None
+    s.prefill_suffix(filler(s, 1100))
+    s.prefill_suffix(s.tokenize(" What colour is the sky?", add_bos=False))
+    assert s.rollback_limit() == 0
+
+
+def test_with_trim_windows_off_swa_full_keeps_every_windowed_position(open_session):
+    s = open_session(EXACT.with_changes(name="untrimmed", trim_windows=False))
+    assert (s.info.capabilities.rollback_floor, s.info.capabilities.rollback_reason) == (
+        None, "swa_full keeps every sliding-window position")
+    s.prefill_suffix(filler(s, 1100))
+    s.prefill_suffix(s.tokenize(" What colour is the sky?", add_bos=False))
+    assert s.rollback_limit() == 0
 
 
 def test_a_snapshot_without_logits_recomputes_the_last_position(open_session):

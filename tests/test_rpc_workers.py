@@ -196,6 +196,9 @@ def test_the_model_and_its_cache_are_split_over_both_workers(model):
     assert sum(s.kv_bytes for s in shares) == report["layer_profile"]["cache_bytes"]
     assert info.device.startswith("rpc: ")
     assert info.backend_version.startswith(f"{backend.version()}+rpc.")
+    # A state copy would cross the network both ways: the windowed layers keep every position.
+    assert (info.capabilities.rollback_floor, info.capabilities.rollback_reason) == (
+        None, "swa_full keeps every sliding-window position")
 
 
 @needs_build

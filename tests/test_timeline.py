@@ -158,6 +158,15 @@ def test_a_rollback_limit_refusal_reads_the_divergence_and_the_limit_from_the_ch
                         "(the earliest cut is token 512): 700 dropped and the whole tape re-prefilled; 0 reused, 610 computed")
 
 
+def test_a_restart_from_a_state_the_backend_kept_reads_where_it_restarted_from_the_check():
+    e = fed(turn(4, prefix=600, new=10, reused=512, dropped=188, cause=PrefixCause.RESTORED, diverged_at=550,
+                 floor=1536)).explain(4)
+    assert (e.cause, e.reused, e.computed, e.recomputed, e.dropped, e.diverged_at) == (ROLLBACK_LIMIT, 512, 98, 88, 188, 550)
+    assert e.detail == ("diverged at token 550, before the cache can be cut back (the earliest cut is token 1,536): "
+                        "restarted from the state the backend kept at token 512, 188 dropped and 88 re-prefilled; "
+                        "512 reused, 98 computed")
+
+
 def test_a_new_conversation_drops_what_was_resident():
     e = fed(turn(3, prefix=0, new=8, reused=0, dropped=30, cause=PrefixCause.DIVERGED, diverged_at=0)).explain(3)
     assert (e.cause, e.diverged_at) == (NEW_CONVERSATION, 0)

@@ -6,6 +6,7 @@ and the session holds its `Tape`. The closed and poisoned states are kept here t
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Mapping, Protocol, Sequence
 
 import numpy as np
@@ -16,6 +17,7 @@ from effctx_core.contract import (
     DecodeConfig,
     ModelFacts,
     ModelInfo,
+    PrefixCause,
     PrefixStatus,
     ProgressSink,
     RuntimeCounts,
@@ -97,6 +99,17 @@ class CacheSession:
         capabilities claim token_scores supplies it, and _first_score with it."""
         raise NotImplementedError
 
+    def _restart(self, at: int) -> int:
+        """The cache cannot be cut back to `at` tokens exactly: restart it from the longest
+        state the backend keeps for a start of the tape no longer than that, or empty it.
+        Returns the tokens it holds then."""
+        self._truncate(0)
+        return 0
+
+    def _restart_points(self) -> tuple[int, ...]:
+        """The tape lengths below the rollback floor that `_restart` can start from."""
+        return ()
+
     def _first_score(self, token: int) -> float:
         """log p(token | the resident tape), which is not empty and has nothing pending."""
         raise NotImplementedError
@@ -138,7 +151,12 @@ class CacheSession:
         tape = self._tape
         prefix = list(prefix)
         cut = tape.cut_for(prefix, self.rollback_limit)
-        if cut.diverged_at is not None:
+        if cut.cause is PrefixCause.ROLLBACK_LIMIT:
+            assert cut.diverged_at is not None
+            kept = self._restart(cut.diverged_at)
+            if kept:
+                cut = replace(cut, keep=kept, dropped=cut.dropped - kept, cause=PrefixCause.RESTORED)
+        elif cut.diverged_at is not None:
             self._truncate(cut.keep)
         carried, tape.pending = tape.pending[:cut.held], []
         rest = prefix[cut.keep + cut.held:]
@@ -207,7 +225,8 @@ class CacheSession:
         return ScoredSuffix(self._suffix_status(len(suffix), t0), logprobs)
 
     def explain(self) -> ContextReport:
-        return self._tape.report(self._poisoned is not None, self.rollback_limit(), self._runtime_counts())
+        return self._tape.report(self._poisoned is not None, self.rollback_limit(), self._runtime_counts(),
+                                 self._restart_points())
 
     def close(self) -> None:
         if self._closed:

@@ -148,7 +148,8 @@ class Tape:
             return "max_tokens"
         return None
 
-    def report(self, poisoned: bool, rollback_floor: int, runtime_counts: RuntimeCounts | None) -> ContextReport:
+    def report(self, poisoned: bool, rollback_floor: int, runtime_counts: RuntimeCounts | None,
+               restart_points: tuple[int, ...] = ()) -> ContextReport:
         c = self.counters
         return ContextReport(
             resident_tokens=len(self.resident),
@@ -164,4 +165,5 @@ class Tape:
             poisoned=poisoned,
             rollback_floor=rollback_floor,
             runtime_counts=runtime_counts,
+            restart_points=restart_points,
         )

@@ -224,7 +224,10 @@ class PrefixCause(str, Enum):
     EXTENDS = "extends"  # the cache held the start of it: the rest was prefilled
     DIVERGED = "diverged"  # the cache held other tokens from `diverged_at` on: dropped
     ROLLBACK_LIMIT = "rollback_limit"  # diverged before the earliest exact cut: all re-prefilled
-    RESTORED = "restored"  # the backend brought the prefix back from a state it kept itself
+    # The backend brought the prefix back from a state it kept itself; where the prefix
+    # diverged before the earliest exact cut (diverged_at, rollback_floor), the state is
+    # the longest one at or before the divergence, and the rest was re-prefilled.
+    RESTORED = "restored"
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,9 @@ def describe_prefix(cause: PrefixCause, diverged_at: int | None, rollback_floor:
     if cause is PrefixCause.ROLLBACK_LIMIT:
         return (f"rollback limit: the cache can be cut back to {rollback_floor} tokens at the earliest, "
                 f"the prefix diverges at {diverged_at}; re-prefilled from the start")
+    if cause is PrefixCause.RESTORED and diverged_at is not None:
+        return (f"rollback limit: the cache can be cut back to {rollback_floor} tokens at the earliest, "
+                f"the prefix diverges at {diverged_at}; restarted from a state the backend kept")
     return {
         PrefixCause.EMPTY: "empty cache",
         PrefixCause.IDENTICAL: "identical to the resident tape",
@@ -353,6 +359,9 @@ class ContextReport:
     rollback_floor: int
     # What the runtime itself reported for its last request, where it reports one.
     runtime_counts: RuntimeCounts | None = None
+    # Shorter tape lengths than rollback_floor that the cache restarts from exactly, from
+    # states the backend keeps itself (PrefixCause.RESTORED), ascending.
+    restart_points: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

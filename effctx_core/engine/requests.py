@@ -70,12 +70,6 @@ class RequestResult:
         return self.prompt_tokens - self.computed
 
 
-# How far a restored state with sliding-window layers is cut back at most: llama.cpp keeps
-# a batch's worth of positions beyond the window, so a cut of a few dozen tokens (a reply
-# sent back in other tokens) is exact, and a deeper one may have to recompute everything.
-SWA_CUT_TOKENS = 64
-
-
 def _extends(tape: list[int], tokens: list[int]) -> bool:
     """The prompt is the tape and more (at least one token more: the last prompt token is
     prefilled for the next token's logits)."""
@@ -136,7 +130,14 @@ class RequestRunner:
             # The cache holds only part of the tape: only a prompt that extends it goes on from it.
             return len(state.tape) if _extends(state.tape, tokens) else 0
         held = state.tape or state.left
-        return min(common_prefix_length(held, tokens), len(tokens) - 1)
+        shared = min(common_prefix_length(held, tokens), len(tokens) - 1)
+        if shared < len(held):
+            report = state.session.explain()
+            if shared < report.rollback_floor:
+                # The cache cannot be cut back that far exactly: ensure_prefix restarts from
+                # the longest state the backend keeps below it, or recomputes everything.
+                return max((n for n in report.restart_points if n <= shared), default=0)
+        return shared
 
     def _stored(self, tokens: list[int]) -> RouteOption | None:
         """The stored state that starts the prompt furthest, if restoring one is possible
@@ -174,12 +175,12 @@ class RequestRunner:
 
     def _cut_candidate(self, tokens: list[int]) -> tuple[str, int] | None:
         """(key, prompt tokens shared) of the tree's stored state, longer than what it
-        shares with the prompt, that shares the most and is still in the store. A cache with
-        sliding-window layers can only be cut back a little after a restore (the window has
-        dropped older positions), so there only states that part from the prompt near their
-        end count."""
+        shares with the prompt, that shares the most and is still in the store. Not where the
+        cache has a rollback floor: a restore keeps only the window before the state's end
+        in the sliding-window layers, so a restored state cannot be cut back at all."""
         state = self._state
-        floor = state.session.info.capabilities.rollback_floor
+        if state.session.info.capabilities.rollback_floor is not None:
+            return None
         out = []
         tree = state.tree
         shared_with = tree.shared_with(tokens)
@@ -188,7 +189,7 @@ class RequestRunner:
                 continue
             shared = min(shared_with[node.id], len(tokens) - 1)
             cut = tree.tape_length(node.id) - shared
-            if shared > 0 and cut > 0 and (floor is None or cut <= SWA_CUT_TOKENS):
+            if shared > 0 and cut > 0:
                 out.append((node.blob, shared))
         store = self._checkpointer.store
         assert store is not None

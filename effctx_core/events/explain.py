@@ -63,11 +63,18 @@ def turn_cause(r: TurnFacts) -> tuple[str, str]:
     count = format_count
     tail = f"{count(r.reused)} reused, {count(r.computed)} computed"
     at = r.diverged_at if r.diverged_at is not None else check.reused
-    if r.request is not None and check.cause != PrefixCause.ROLLBACK_LIMIT.value:
+    limited = check.cause in (PrefixCause.ROLLBACK_LIMIT.value, PrefixCause.RESTORED.value)
+    if r.request is not None and not limited:
         return _request_cause(r.request, check, tail)
-    if check.cause == PrefixCause.ROLLBACK_LIMIT.value:
+    if limited:
         floor = check.rollback_floor
         earliest = f" (the earliest cut is token {count(floor)})" if floor is not None else ""
+        if check.cause == PrefixCause.RESTORED.value:
+            return ROLLBACK_LIMIT, (
+                f"diverged at token {count(at)}, before the cache can be cut back{earliest}: restarted from the "
+                f"state the backend kept at token {count(check.reused)}, {count(check.dropped)} dropped and "
+                f"{count(check.prefilled)} re-prefilled; {tail}"
+            )
         return ROLLBACK_LIMIT, (
             f"diverged at token {count(at)}, before the cache can be cut back{earliest}: "
             f"{count(check.dropped)} dropped and the whole tape re-prefilled; {tail}"

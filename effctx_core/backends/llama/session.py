@@ -39,14 +39,28 @@ from effctx_core.contract import (
     StateCosts,
 )
 from effctx_core.errors import ContextOverflowError, EffctxError
-from effctx_core.units import format_count, format_counted, ms_since
+from effctx_core.units import format_bytes, format_count, format_counted, ms_since
 
 if TYPE_CHECKING:
     # The profile is read, never built, here: the backends sit below the profile schema.
     from effctx_core.profiles import Profile
 
 SEQ = 0
+# The stages that append input (a prefix's rest, a suffix), not a decode step.
+INPUT_STAGES = frozenset({"prefix", "prefill"})
+# Memory for the states kept at the starts of chunks of input, which a cut below the
+# rollback floor restarts from: 256 MiB holds 13 of them at 4k tokens on Gemma 3 270M
+# (19.5 MiB each), 2 at 32k.
+ANCHOR_BYTES = 256 << 20
 _DECODE_NO_SLOT = 1
+
+
+def compact_span(n_swa: int) -> int:
+    """The windowed positions held at which the next chunk of input begins by cutting them
+    to the window: a window and a half. Half a window (256 positions on Gemma 3) less to
+    attend over saves more in one chunk of input, or in the decode steps after a short
+    one, than the state copy and load cost (5-7 ms at 1.5k-3.5k tokens)."""
+    return n_swa + n_swa // 2
 
 
 def context_params(profile: Profile) -> llama_cpp.llama_context_params:
@@ -99,6 +113,16 @@ class LlamaSession(InProcessDecode, CacheSession):
         # Lowest position the sliding-window layers still hold after a sequence-state
         # restore, which keeps only the last n_swa of them even with swa_full.
         self._restore_floor = 0
+        # With swa_full the windowed layers keep every position, which makes a cut anywhere
+        # exact, and their attention then runs over all of them, masked: at 2.5k tokens on
+        # Gemma 3 about a quarter of a turn. Where no policy shifts positions and states
+        # stay in this process, the sequence's own state is loaded back before a chunk of
+        # input once they hold half a window more than it: the load keeps only the window. A
+        # cut below where that happened restarts from a state kept at a chunk's start (_tidy).
+        options = options_of(profile)
+        self._compacts = (bool(model.n_swa) and options.swa_full and options.trim_windows and not model.is_recurrent
+                          and profile.residency.policy == "none")
+        self._anchors: list[tuple[int, np.ndarray]] = []  # (tape length, its state), ascending
         self.identity = session_identity("llama", backend_version, facts, kv_settings(profile),
                                          profile.residency.identity_key)
         self._info = self._build_info(backend_version)
@@ -118,6 +142,12 @@ class LlamaSession(InProcessDecode, CacheSession):
             notes["sliding_window"] = f"GGUF and llama_model_n_swa agree: {n_swa}"
         if not n_swa:
             floor, floor_reason = None, "every layer attends globally"
+        elif self._compacts:
+            floor, floor_reason = n_swa, (
+                f"swa_full holds every windowed position until there are {format_count(compact_span(n_swa))}; the "
+                f"next chunk of input then reloads the session's state, which keeps the last {n_swa}; a cut further "
+                f"back restarts from a state kept at a chunk start ({format_bytes(ANCHOR_BYTES)} of them at most)"
+            )
         elif options_of(profile).swa_full:
             floor, floor_reason = None, "swa_full keeps every sliding-window position"
         else:
@@ -183,8 +213,15 @@ class LlamaSession(InProcessDecode, CacheSession):
         caps = self._info.capabilities
         snapshot = Capability(True, f"{caps.state_snapshot.reason}; over RPC each KV slice is one network call "
                                     f"({costs.text})")
+        # Over RPC a state copy crosses the network both ways: the windowed layers keep
+        # every position (swa_full's rollback floor is gone again).
+        floor, floor_reason = caps.rollback_floor, caps.rollback_reason
+        if self._compacts:
+            self._compacts = False
+            floor, floor_reason = None, "swa_full keeps every sliding-window position"
         self._info = replace(self._info, device=device, placement=placement, state_costs=costs,
-                             capabilities=replace(caps, state_snapshot=snapshot))
+                             capabilities=replace(caps, state_snapshot=snapshot, rollback_floor=floor,
+                                                  rollback_reason=floor_reason))
         return self._info
 
     def _oldest_swa_position(self) -> int:
@@ -219,6 +256,7 @@ class LlamaSession(InProcessDecode, CacheSession):
         elif not llama_cpp.llama_memory_seq_rm(self._mem, SEQ, keep, -1):
             raise self._poison(f"llama.cpp refused to remove positions {keep}.. from the cache")
         del self._tape.resident[keep:]
+        self._drop_anchors_after(keep)
         self._logits_ok = False
         self._logits_override = None
 
@@ -236,6 +274,7 @@ class LlamaSession(InProcessDecode, CacheSession):
         if end < len(self._tape.resident):
             llama_cpp.llama_memory_seq_add(self._mem, SEQ, end, -1, start - end)
         del self._tape.resident[start:end]
+        self._anchors.clear()  # positions after the range moved
         self._logits_ok = False
         self._logits_override = None
         pos_max = int(llama_cpp.llama_memory_seq_pos_max(self._mem, SEQ))
@@ -247,19 +286,20 @@ class LlamaSession(InProcessDecode, CacheSession):
 
     def _append(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> float:
         """Append tokens to the cache in n_batch chunks; logits for the last one."""
-        return self._chunks(tokens, stage, progress, None)
+        return self._chunks(tokens, stage, progress, None, tidy=stage in INPUT_STAGES)
 
     def _append_scored(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None) -> tuple[float, np.ndarray]:
         """Append tokens with the logits of every position of each chunk. llama.cpp keeps
         an output buffer of n_batch x n_vocab floats for that (512 MiB at 512 x 262144),
         and holds on to it until the context is freed."""
         scores = np.empty(len(tokens) - 1, dtype=np.float64)
-        return self._chunks(tokens, stage, progress, scores), scores
+        return self._chunks(tokens, stage, progress, scores, tidy=False), scores
 
     def _chunks(self, tokens: Sequence[int], stage: str, progress: ProgressSink | None,
-                scores: np.ndarray | None) -> float:
+                scores: np.ndarray | None, tidy: bool) -> float:
         """The n_batch chunk loop; with `scores`, every position's logits are asked for and
-        each chunk's rows score the token after them into it."""
+        each chunk's rows score the token after them into it; with `tidy`, each chunk
+        begins with _tidy."""
         total = len(tokens)
         start = len(self._tape.resident)
         arr = np.asarray(tokens, dtype=np.int32)
@@ -273,6 +313,8 @@ class LlamaSession(InProcessDecode, CacheSession):
                 self._batch.fill(chunk, start + off, want_logits=off + len(chunk) >= total)
             else:
                 self._batch.fill_every_logit(chunk, start + off)
+            if tidy:
+                self._tidy()
             t0 = time.perf_counter_ns()
             rc = llama_cpp.llama_decode(self._ctx, self._batch.raw)
             if rc != 0:
@@ -299,7 +341,10 @@ class LlamaSession(InProcessDecode, CacheSession):
         if committed > start:
             if self.rollback_limit() <= start and llama_cpp.llama_memory_seq_rm(self._mem, SEQ, start, -1):
                 del self._tape.resident[start:]
+                self._drop_anchors_after(start)
                 self._logits_ok = False
+            elif self._anchor_at_most(start)[0] == start:
+                self._restart(start)  # the append's first chunk kept its start
             else:
                 raise self._poison(f"llama_decode returned {rc} after {committed - start} tokens were committed")
         else:
@@ -342,8 +387,7 @@ class LlamaSession(InProcessDecode, CacheSession):
             return None
         return self._next_logits().tobytes()
 
-    def snapshot(self) -> SessionSnapshot:
-        self._check_usable()
+    def _state_copy(self) -> np.ndarray:
         size = llama_cpp.llama_state_seq_get_size(self._ctx, SEQ)
         # Not zeroed first (a ctypes array would be): llama.cpp writes every byte it
         # reports, and a turn's checkpoint copies 15-21 MB on the turn's time.
@@ -352,30 +396,91 @@ class LlamaSession(InProcessDecode, CacheSession):
                                                      size, SEQ)
         if written == 0 and self._tape.resident:
             raise EffctxError("llama.cpp wrote no state for the sequence")
-        return SessionSnapshot(self.identity, tuple(self._tape.resident), buf[:written].tobytes(), self._current_logits(),
-                               tuple(self._tape.pending))
+        return buf[:written]
+
+    def _load_state(self, state: np.ndarray, n_tokens: int, what: str) -> None:
+        """Load a sequence state into the emptied cache. A load keeps only the last n_swa
+        positions of the windowed layers, swa_full or not: the floor rises to there."""
+        loaded = llama_cpp.llama_state_seq_set_data(self._ctx, state.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+                                                    len(state), SEQ)
+        if loaded != len(state):
+            raise self._poison(f"llama.cpp could not load the {what} state ({loaded} of {len(state)} bytes)")
+        pos_max = int(llama_cpp.llama_memory_seq_pos_max(self._mem, SEQ))
+        if pos_max != n_tokens - 1:
+            raise self._poison(f"the loaded {what} state ends at position {pos_max}, its token list at {n_tokens - 1}")
+        n_swa = self._model.n_swa
+        self._restore_floor = max(0, n_tokens - n_swa) if n_swa else 0
+
+    def _tidy(self) -> None:
+        """Before a chunk of input: keep the state at its start, and load it back once the
+        windowed layers hold compact_span positions, which leaves them only the window."""
+        n = len(self._tape.resident)
+        if not self._compacts or n == 0:
+            return
+        compact = n - self._oldest_swa_position() >= compact_span(self._model.n_swa)
+        kept = bool(self._anchors) and self._anchors[-1][0] == n
+        if kept and not compact:
+            return
+        state = self._anchors[-1][1] if kept else self._state_copy()
+        if compact:
+            llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
+            self._load_state(state, n, "sequence's own")
+            self._logits_ok = False
+        if not kept:
+            self._keep_anchor(n, state)
+
+    def _keep_anchor(self, n: int, state: np.ndarray) -> None:
+        """Keep the state at tape length n; over the budget, the kept state whose loss
+        leaves the shortest span without one goes (never the newest)."""
+        anchors = self._anchors
+        anchors.append((n, state))
+        while len(anchors) > 1 and sum(len(a[1]) for a in anchors) > ANCHOR_BYTES:
+            starts = [0] + [a[0] for a in anchors]
+            spans = [starts[i + 2] - starts[i] for i in range(len(anchors) - 1)]
+            del anchors[spans.index(min(spans))]
+
+    def _anchor_at_most(self, at: int) -> tuple[int, np.ndarray | None]:
+        return next(((n, state) for n, state in reversed(self._anchors) if n <= at), (0, None))
+
+    def _drop_anchors_after(self, n: int) -> None:
+        self._anchors = [a for a in self._anchors if a[0] <= n]
+
+    def _restart(self, at: int) -> int:
+        n, state = self._anchor_at_most(at)
+        if state is None:
+            self._truncate(0)
+            return 0
+        llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
+        self._load_state(state, n, "kept")
+        del self._tape.resident[n:]
+        self._drop_anchors_after(n)
+        self._logits_ok = False
+        self._logits_override = None
+        return n
+
+    def _restart_points(self) -> tuple[int, ...]:
+        floor = self.rollback_limit()
+        return tuple(n for n, _ in self._anchors if n < floor)
+
+    def snapshot(self) -> SessionSnapshot:
+        self._check_usable()
+        return SessionSnapshot(self.identity, tuple(self._tape.resident), self._state_copy().tobytes(),
+                               self._current_logits(), tuple(self._tape.pending))
 
     def restore(self, snapshot: SessionSnapshot) -> None:
         self._check_restorable(snapshot)
         llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
         self._tape.reset()
+        self._anchors.clear()
         self._logits_ok = False
         if not snapshot.tokens:
             self._restore_floor = 0
             return
-        data = (ctypes.c_uint8 * len(snapshot.state)).from_buffer_copy(snapshot.state)
-        loaded = llama_cpp.llama_state_seq_set_data(self._ctx, data, len(snapshot.state), SEQ)
-        if loaded != len(snapshot.state):
-            raise self._poison(f"llama.cpp could not load the snapshot state ({loaded} of {len(snapshot.state)} bytes)")
-        pos_max = int(llama_cpp.llama_memory_seq_pos_max(self._mem, SEQ))
-        if pos_max != snapshot.n_tokens - 1:
-            raise self._poison(f"restored state ends at position {pos_max}, its token list at {snapshot.n_tokens - 1}")
+        self._load_state(np.frombuffer(snapshot.state, dtype=np.uint8), snapshot.n_tokens, "snapshot")
         self._tape.reset(snapshot.tokens, snapshot.pending)
         if snapshot.logits is not None and len(snapshot.logits) == 4 * self._model.n_vocab:
             self._logits_override = np.frombuffer(snapshot.logits, dtype=np.float32).copy()
             self._logits_ok = True
-        n_swa = self._model.n_swa
-        self._restore_floor = max(0, snapshot.n_tokens - n_swa) if n_swa else 0
 
     def _release(self) -> None:
         self._batch.free()

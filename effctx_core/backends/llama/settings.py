@@ -4,7 +4,7 @@ settings, and the RPC workers it may run on), their checks, and its identity set
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from effctx_core.backends.conformance import ContractVariant
@@ -42,10 +42,15 @@ class LlamaOptions(LlamaContextOptions):
     # With rpc_workers: the longest silence from a worker before the session is given up
     # as poisoned (a model upload gets this plus its size at 10 MB/s).
     rpc_timeout_s: float = 60.0
+    # With swa_full: once the windowed layers hold half a window more than their window, the
+    # next chunk of input begins by loading the session's own state back, which leaves them
+    # the window; their attention then runs over that, not the whole tape. A cut further
+    # back restarts from a state kept at a chunk's start. Off: they keep every position.
+    trim_windows: bool = True
 
 
 # What an earlier effctx read at a profile's top level and now belongs in [llama].
-MOVED_KEYS = tuple(f.name for f in fields(LlamaOptions))
+MOVED_KEYS = ("flash_attn", "swa_full", "rpc_workers", "rpc_timeout_s")
 
 
 def options_of(profile: "Profile") -> LlamaOptions:
