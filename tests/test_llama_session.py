@@ -305,6 +305,15 @@ def test_with_trim_windows_off_swa_full_keeps_every_windowed_position(open_sessi
     assert s.rollback_limit() == 0
 
 
+def test_with_flash_attention_swa_full_keeps_every_windowed_position(open_session):
+    # ggml's flash-attention kernel skips masked cells itself: a trim would buy nothing.
+    s = open_session(EXACT.with_changes(name="flash", flash_attn=True))
+    assert s.info.capabilities.rollback_floor is None
+    s.prefill_suffix(filler(s, 1100))
+    s.prefill_suffix(s.tokenize(" What colour is the sky?", add_bos=False))
+    assert s.rollback_limit() == 0
+
+
 def test_a_snapshot_without_logits_recomputes_the_last_position(open_session):
     s = open_session()
     s.prefill_suffix(filler(s, 300))

@@ -59,7 +59,7 @@ def compact_span(n_swa: int) -> int:
     """The windowed positions held at which the next chunk of input begins by cutting them
     to the window: a window and a half. Half a window (256 positions on Gemma 3) less to
     attend over saves more in one chunk of input, or in the decode steps after a short
-    one, than the state copy and load cost (5-7 ms at 1.5k-3.5k tokens)."""
+    one, than the state copy and load cost (4-9 ms at 1.5k-3.5k tokens)."""
     return n_swa + n_swa // 2
 
 
@@ -114,14 +114,16 @@ class LlamaSession(InProcessDecode, CacheSession):
         # restore, which keeps only the last n_swa of them even with swa_full.
         self._restore_floor = 0
         # With swa_full the windowed layers keep every position, which makes a cut anywhere
-        # exact, and their attention then runs over all of them, masked: at 2.5k tokens on
-        # Gemma 3 about a quarter of a turn. Where no policy shifts positions and states
-        # stay in this process, the sequence's own state is loaded back before a chunk of
-        # input once they hold half a window more than it: the load keeps only the window. A
-        # cut below where that happened restarts from a state kept at a chunk's start (_tidy).
+        # exact, and without flash attention their attention then runs over all of them,
+        # masked: at 2.5k tokens on Gemma 3 about a quarter of a turn. (ggml's flash-attention
+        # kernel skips masked cells: q8's cold TTFT at 8k was the same trimmed or not.) Where
+        # no policy shifts positions and states stay in this process, the sequence's own
+        # state is loaded back before a chunk of input once they hold half a window more
+        # than it: the load keeps only the window. A cut below where that happened restarts
+        # from a state kept at a chunk's start (_tidy).
         options = options_of(profile)
-        self._compacts = (bool(model.n_swa) and options.swa_full and options.trim_windows and not model.is_recurrent
-                          and profile.residency.policy == "none")
+        self._compacts = (bool(model.n_swa) and options.swa_full and options.trim_windows and not options.flash_attn
+                          and not model.is_recurrent and profile.residency.policy == "none")
         self._anchors: list[tuple[int, np.ndarray]] = []  # (tape length, its state), ascending
         self.identity = session_identity("llama", backend_version, facts, kv_settings(profile),
                                          profile.residency.identity_key)

@@ -42,10 +42,11 @@ class LlamaOptions(LlamaContextOptions):
     # With rpc_workers: the longest silence from a worker before the session is given up
     # as poisoned (a model upload gets this plus its size at 10 MB/s).
     rpc_timeout_s: float = 60.0
-    # With swa_full: once the windowed layers hold half a window more than their window, the
-    # next chunk of input begins by loading the session's own state back, which leaves them
-    # the window; their attention then runs over that, not the whole tape. A cut further
-    # back restarts from a state kept at a chunk's start. Off: they keep every position.
+    # With swa_full and flash attention off: once the windowed layers hold half a window
+    # more than their window, the next chunk of input begins by loading the session's own
+    # state back, which leaves them the window; their attention then runs over that, not
+    # the whole tape. A cut further back restarts from a state kept at a chunk's start.
+    # Off: they keep every position.
     trim_windows: bool = True
 
 
