@@ -287,28 +287,21 @@ def test_capabilities_report_what_the_context_can_do(open_session):
     assert not full.attention_scores.supported and full.state_snapshot.supported
 
 
-def test_a_policy_that_shifts_positions_keeps_every_windowed_position(open_session):
-    streaming = ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=1020, budget=1024, block_size=4)
-    s = open_session(EXACT.with_changes(name="shifting", residency=streaming))
-    assert s.info.capabilities.rollback_floor is None
-    s.prefill_suffix(filler(s, 1100))
-    s.prefill_suffix(s.tokenize(" What colour is the sky?", add_bos=False))
-    assert s.rollback_limit() == 0
+UNTRIMMED = {
+    # An evicting policy shifts positions, which needs every windowed position.
+    "a shifting policy": {"residency": ResidencyConfig(policy="streaming", sink_tokens=4, recent_tokens=1020,
+                                                       budget=1024, block_size=4)},
+    "trim_windows off": {"trim_windows": False},
+    # ggml's flash-attention kernel skips masked cells itself: a trim would buy nothing.
+    "flash attention": {"flash_attn": True},
+}
 
 
-def test_with_trim_windows_off_swa_full_keeps_every_windowed_position(open_session):
-    s = open_session(EXACT.with_changes(name="untrimmed", trim_windows=False))
+@pytest.mark.parametrize("changes", UNTRIMMED.values(), ids=UNTRIMMED.keys())
+def test_swa_full_keeps_every_windowed_position_with(open_session, changes):
+    s = open_session(EXACT.with_changes(name="untrimmed", **changes))
     assert (s.info.capabilities.rollback_floor, s.info.capabilities.rollback_reason) == (
         None, "swa_full keeps every sliding-window position")
-    s.prefill_suffix(filler(s, 1100))
-    s.prefill_suffix(s.tokenize(" What colour is the sky?", add_bos=False))
-    assert s.rollback_limit() == 0
-
-
-def test_with_flash_attention_swa_full_keeps_every_windowed_position(open_session):
-    # ggml's flash-attention kernel skips masked cells itself: a trim would buy nothing.
-    s = open_session(EXACT.with_changes(name="flash", flash_attn=True))
-    assert s.info.capabilities.rollback_floor is None
     s.prefill_suffix(filler(s, 1100))
     s.prefill_suffix(s.tokenize(" What colour is the sky?", add_bos=False))
     assert s.rollback_limit() == 0
