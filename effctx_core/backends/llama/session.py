@@ -401,8 +401,12 @@ class LlamaSession(InProcessDecode, CacheSession):
         return buf[:written]
 
     def _load_state(self, state: np.ndarray, n_tokens: int, what: str) -> None:
-        """Load a sequence state into the emptied cache. A load keeps only the last n_swa
-        positions of the windowed layers, swa_full or not: the floor rises to there."""
+        """Empty the cache and load a sequence state into it. A load keeps only the last
+        n_swa positions of the windowed layers, swa_full or not: the floor rises to there.
+        The context's logits belong to whatever ran before."""
+        llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
+        self._logits_ok = False
+        self._logits_override = None
         loaded = llama_cpp.llama_state_seq_set_data(self._ctx, state.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
                                                     len(state), SEQ)
         if loaded != len(state):
@@ -425,9 +429,7 @@ class LlamaSession(InProcessDecode, CacheSession):
             return
         state = self._anchors[-1][1] if kept else self._state_copy()
         if compact:
-            llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
             self._load_state(state, n, "sequence's own")
-            self._logits_ok = False
         if not kept:
             self._keep_anchor(n, state)
 
@@ -452,12 +454,9 @@ class LlamaSession(InProcessDecode, CacheSession):
         if state is None:
             self._truncate(0)
             return 0
-        llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
         self._load_state(state, n, "kept")
         del self._tape.resident[n:]
         self._drop_anchors_after(n)
-        self._logits_ok = False
-        self._logits_override = None
         return n
 
     def _restart_points(self) -> tuple[int, ...]:
@@ -471,11 +470,11 @@ class LlamaSession(InProcessDecode, CacheSession):
 
     def restore(self, snapshot: SessionSnapshot) -> None:
         self._check_restorable(snapshot)
-        llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
         self._tape.reset()
         self._anchors.clear()
-        self._logits_ok = False
         if not snapshot.tokens:
+            llama_cpp.llama_memory_seq_rm(self._mem, SEQ, -1, -1)
+            self._logits_ok = False
             self._restore_floor = 0
             return
         self._load_state(np.frombuffer(snapshot.state, dtype=np.uint8), snapshot.n_tokens, "snapshot")
